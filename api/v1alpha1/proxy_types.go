@@ -1,0 +1,198 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MaxCloudInitBytes bounds spec.cloudInit: GCE metadata values stop at
+// 256 KiB, and a NoCloud seed ISO has no reason to be larger either.
+const MaxCloudInitBytes = 262144
+
+// Placement says where the instance runs. What each field means is the
+// provider's: a GCE zone or a libvirt host or a Proxmox node for zone; a
+// catalogue key for machineType; a catalogue key or an image URL for image.
+type Placement struct {
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Zone string `json:"zone,omitempty"`
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Region string `json:"region,omitempty"`
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	MachineType string `json:"machineType,omitempty"`
+	// +kubebuilder:validation:MaxLength=2048
+	// +optional
+	Image string `json:"image,omitempty"`
+}
+
+// SecretKeySelector names one key of a Secret in the Proxy's namespace.
+type SecretKeySelector struct {
+	// Name of the Secret, in the Proxy's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+	// Key in the Secret's data; defaults to "user-data".
+	// +kubebuilder:default=user-data
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// ProxySpec is what the user asks for.
+// +kubebuilder:validation:XValidation:rule="!(has(self.cloudInit) && has(self.cloudInitSecretRef))",message="cloudInit and cloudInitSecretRef are mutually exclusive"
+type ProxySpec struct {
+	// Provider is the name of an entry in the operator's providers config
+	// (not a provider type).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Provider string `json:"provider"`
+
+	// Placement says where the instance runs; its meaning is the provider's.
+	// +optional
+	Placement Placement `json:"placement,omitempty"`
+
+	// Port the proxy listens on.
+	// +kubebuilder:default=3128
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+
+	// CloudInit is the instance's user-data. When neither it nor
+	// cloudInitSecretRef is set, the operator generates one that installs
+	// Squid on port with an ACL from allowedSourceRanges. Providers that run
+	// no VM (local, kubernetes) do not use it.
+	// +kubebuilder:validation:MaxLength=262144
+	// +optional
+	CloudInit string `json:"cloudInit,omitempty"`
+
+	// CloudInitSecretRef takes the user-data from a Secret instead, for
+	// user-data that holds credentials.
+	// +optional
+	CloudInitSecretRef *SecretKeySelector `json:"cloudInitSecretRef,omitempty"`
+
+	// AllowedSourceRanges are the CIDRs admitted to use the proxy. Empty
+	// admits only clients on the proxy's own host; the proxy is never open
+	// to all.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c))",message="every entry must be a CIDR such as 10.0.0.0/8 or 2001:db8::/32"
+	// +listType=set
+	// +optional
+	AllowedSourceRanges []string `json:"allowedSourceRanges,omitempty"`
+}
+
+// ProxyPhase is a one-word summary of the Proxy's state; the Ready
+// condition has the detail.
+// +kubebuilder:validation:Enum=Pending;Provisioning;Running;Failed;Deleting
+type ProxyPhase string
+
+const (
+	PhasePending      ProxyPhase = "Pending"
+	PhaseProvisioning ProxyPhase = "Provisioning"
+	PhaseRunning      ProxyPhase = "Running"
+	PhaseFailed       ProxyPhase = "Failed"
+	PhaseDeleting     ProxyPhase = "Deleting"
+)
+
+// ConditionReady is the Proxy's summary condition.
+const ConditionReady = "Ready"
+
+// Reasons of the Ready condition. docs/api.md explains each.
+const (
+	// ReasonProvisioning: the instance is being created or is booting.
+	ReasonProvisioning = "Provisioning"
+	// ReasonRunning: the instance serves at status.endpoint.
+	ReasonRunning = "Running"
+	// ReasonReplacing: a spec change is being rolled out to a new instance;
+	// the old one serves until the new one runs.
+	ReasonReplacing = "Replacing"
+	// ReasonInstanceStopped: the instance stopped or terminated and is
+	// being brought back.
+	ReasonInstanceStopped = "InstanceStopped"
+	// ReasonInstanceLost: the instance vanished and is being created again.
+	ReasonInstanceLost = "InstanceLost"
+	// ReasonQuotaExceeded: the backend refused for capacity or quota; the
+	// operator retries with a long backoff.
+	ReasonQuotaExceeded = "QuotaExceeded"
+	// ReasonBackendError: a transient backend failure; retried with backoff.
+	ReasonBackendError = "BackendError"
+	// ReasonPermanentFailure: the backend refused the request for good;
+	// nothing is retried until the spec changes.
+	ReasonPermanentFailure = "PermanentFailure"
+	// ReasonProviderNotFound: spec.provider names no configured provider;
+	// re-evaluated when the providers config changes.
+	ReasonProviderNotFound = "ProviderNotFound"
+	// ReasonCloudInitSecretNotFound: cloudInitSecretRef names a Secret or
+	// key that does not exist; re-evaluated when the Secret appears.
+	ReasonCloudInitSecretNotFound = "CloudInitSecretNotFound"
+	// ReasonDeleting: the instance is being deleted with the Proxy.
+	ReasonDeleting = "Deleting"
+)
+
+// ProxyStatus is what the operator observed.
+type ProxyStatus struct {
+	// Phase is a one-word summary; see the Ready condition for detail.
+	// +optional
+	Phase ProxyPhase `json:"phase,omitempty"`
+	// ProviderID is the provider's ID of the instance serving this Proxy.
+	// It is recorded as soon as Create returns.
+	// +optional
+	ProviderID string `json:"providerID,omitempty"`
+	// InstanceName is the backend name of that instance. It is derived from
+	// the Proxy and the shaping spec, so a spec change that reshapes the
+	// instance yields a new name.
+	// +optional
+	InstanceName string `json:"instanceName,omitempty"`
+	// RetiringProviderID is the instance being replaced: it still serves
+	// until the new one runs, then it is deleted.
+	// +optional
+	RetiringProviderID string `json:"retiringProviderID,omitempty"`
+	// IP of the instance.
+	// +optional
+	IP string `json:"ip,omitempty"`
+	// Endpoint is host:port for clients.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// ObservedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready, with the reasons listed in docs/api.md.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Proxy is an egress HTTP proxy run by one of the operator's providers.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=egress
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Proxy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ProxySpec   `json:"spec"`
+	Status ProxyStatus `json:"status,omitempty"`
+}
+
+// ProxyList is a list of Proxies.
+// +kubebuilder:object:root=true
+type ProxyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Proxy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Proxy{}, &ProxyList{})
+}

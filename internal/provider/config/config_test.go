@@ -1,0 +1,125 @@
+package config
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+var types = []string{"local", "fake"}
+
+func TestParse(t *testing.T) {
+	cases := []struct {
+		name    string
+		yaml    string
+		wantErr []string // substrings; empty means success
+		check   func(t *testing.T, es []Entry)
+	}{
+		{
+			name: "valid",
+			yaml: "providers:\n- name: dev\n  type: local\n  local:\n    bindCIDR: 127.0.100.0/24\n- name: other\n  type: fake\n",
+			check: func(t *testing.T, es []Entry) {
+				if len(es) != 2 || es[0].Name != "dev" || es[0].Type != "local" || es[1].Settings != nil {
+					t.Fatalf("entries = %+v", es)
+				}
+				if !strings.Contains(string(es[0].Settings), "127.0.100.0/24") {
+					t.Errorf("settings = %s", es[0].Settings)
+				}
+				if got := es[0].SettingsPath().String(); got != "providers[0].local" {
+					t.Errorf("SettingsPath = %q", got)
+				}
+			},
+		},
+		{name: "empty list is valid", yaml: "providers: []\n", check: func(t *testing.T, es []Entry) {
+			if len(es) != 0 {
+				t.Fatalf("entries = %+v", es)
+			}
+		}},
+		{name: "unknown top-level key", yaml: "providers: []\nextra: 1\n", wantErr: []string{"extra: Forbidden: unknown field"}},
+		{name: "unknown entry key", yaml: "providers:\n- name: a\n  type: local\n  gcp: {}\n", wantErr: []string{"providers[0].gcp: Forbidden: unknown field"}},
+		{name: "unknown type", yaml: "providers:\n- name: a\n  type: aws\n", wantErr: []string{`providers[0].type: Unsupported value: "aws"`, `"fake", "local"`}},
+		{name: "missing type", yaml: "providers:\n- name: a\n", wantErr: []string{"providers[0].type: Required value"}},
+		{name: "missing name", yaml: "providers:\n- type: local\n", wantErr: []string{"providers[0].name: Required value"}},
+		{name: "bad name", yaml: "providers:\n- name: Dev_1\n  type: local\n", wantErr: []string{`providers[0].name: Invalid value: "Dev_1"`}},
+		{name: "duplicate name", yaml: "providers:\n- name: a\n  type: local\n- name: a\n  type: fake\n", wantErr: []string{`providers[1].name: Duplicate value: "a (also providers[0])"`}},
+		{name: "duplicate yaml key", yaml: "providers:\n- name: a\n  name: b\n  type: local\n", wantErr: []string{"not valid YAML"}},
+		{name: "not a list", yaml: "providers: {}\n", wantErr: []string{"providers: Invalid value"}},
+		{name: "several errors at once", yaml: "providers:\n- name: a\n  type: aws\n- name: B\n  type: local\n", wantErr: []string{"providers[0].type", "providers[1].name"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			es, err := Parse([]byte(tc.yaml), types)
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				tc.check(t, es)
+				return
+			}
+			if err == nil {
+				t.Fatalf("Parse succeeded, want errors %q", tc.wantErr)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+type host struct {
+	Name    string `json:"name"`
+	Address string `json:"address"`
+}
+
+type sample struct {
+	BindCIDR string            `json:"bindCIDR"`
+	Port     int               `json:"port"`
+	Hosts    []host            `json:"hosts"`
+	Images   map[string]host   `json:"images"`
+	Labels   map[string]string `json:"labels"`
+}
+
+func TestStrict(t *testing.T) {
+	p := field.NewPath("providers").Index(2).Child("local")
+	cases := []struct {
+		name    string
+		json    string
+		wantErr []string
+	}{
+		{name: "valid", json: `{"bindCIDR":"127.0.0.0/8","port":1,"hosts":[{"name":"a"}],"labels":{"x":"y"}}`},
+		{name: "unknown top field", json: `{"bindCidr":"x"}`, wantErr: []string{"providers[2].local.bindCidr: Forbidden: unknown field"}},
+		{name: "unknown nested in list", json: `{"hosts":[{"name":"a"},{"nme":"b"}]}`, wantErr: []string{"providers[2].local.hosts[1].nme: Forbidden: unknown field"}},
+		{name: "unknown nested in map", json: `{"images":{"deb":{"url":"x"}}}`, wantErr: []string{"providers[2].local.images[deb].url: Forbidden: unknown field"}},
+		{name: "wrong type", json: `{"port":"many"}`, wantErr: []string{"providers[2].local.port: Invalid value: \"many\": expected a whole number"}},
+		{name: "wrong type nested", json: `{"hosts":[{"name":3}]}`, wantErr: []string{"providers[2].local.hosts[0].name: Invalid value: 3: expected a string"}},
+		{name: "list where mapping", json: `{"hosts":{"name":"a"}}`, wantErr: []string{"providers[2].local.hosts: Invalid value: \"a mapping\": expected a list"}},
+		{name: "fraction for int", json: `{"port":1.5}`, wantErr: []string{"providers[2].local.port: Invalid value: 1.5: expected a whole number"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var s sample
+			errs := Strict([]byte(tc.json), &s, p)
+			if len(tc.wantErr) == 0 {
+				if len(errs) > 0 {
+					t.Fatalf("Strict: %v", errs)
+				}
+				if s.BindCIDR != "127.0.0.0/8" || s.Hosts[0].Name != "a" {
+					t.Errorf("decoded %+v", s)
+				}
+				return
+			}
+			got := errs.ToAggregate()
+			if got == nil {
+				t.Fatalf("no error, want %q", tc.wantErr)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(got.Error(), w) {
+					t.Errorf("error %q lacks %q", got, w)
+				}
+			}
+		})
+	}
+}

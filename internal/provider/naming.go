@@ -1,0 +1,55 @@
+package provider
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// MaxInstanceNameLen is the longest name every backend accepts: GCE
+// instance names, Kubernetes Service names and Proxmox VM names are all
+// DNS-1035 labels of at most 63 characters.
+const MaxInstanceNameLen = 63
+
+// InstanceNamePrefix starts every instance name: DNS-1035 wants a leading
+// letter, and a fixed prefix lets a human tell our instances apart.
+const InstanceNamePrefix = "proxy-"
+
+const nameHashLen = 10
+
+// InstanceName derives the backend instance name of a Proxy: the prefix, its
+// namespace and name (sanitised and shortened), then a hash of its UID and of
+// the shape (whatever in the spec shapes the instance). The same Proxy with
+// the same shape always gets the same name, so a crash between Create and the
+// status write adopts instead of duplicating; a new shape gets a new name, so
+// a replacement can come up before the old instance is gone.
+func InstanceName(namespace, name, uid, shape string) string {
+	sum := sha256.Sum256([]byte(uid + "\x00" + shape))
+	hash := hex.EncodeToString(sum[:])[:nameHashLen]
+	room := MaxInstanceNameLen - len(InstanceNamePrefix) - 1 - nameHashLen
+	body := sanitizeLabel(namespace) + "-" + sanitizeLabel(name)
+	if len(body) > room {
+		body = strings.TrimRight(body[:room], "-")
+	}
+	return InstanceNamePrefix + body + "-" + hash
+}
+
+// sanitizeLabel lowercases s and turns every character outside [a-z0-9]
+// into '-', collapsing runs, so dots in Kubernetes names cannot reach a
+// backend that refuses them.
+func sanitizeLabel(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			dash = false
+			continue
+		}
+		if !dash {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	return strings.Trim(b.String(), "-")
+}

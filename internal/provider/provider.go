@@ -1,0 +1,139 @@
+// Package provider is the contract between the Proxy reconciler and the
+// backends that run egress proxies. It names no backend: providers import it,
+// never the other way round. docs/provider-contract.md states the rules.
+package provider
+
+import (
+	"context"
+	"time"
+)
+
+// Provider is the lifecycle seam every backend implements. It holds
+// lifecycle verbs only; scheduling, pacing and health live elsewhere so that
+// decorators (spans, metrics) wrap exactly four methods.
+//
+// Every method honours ctx: when it is cancelled the call returns promptly
+// with an error whose class is Transient.
+type Provider interface {
+	// Create makes the instance named req.Name, or adopts it when it already
+	// exists and carries this installation's mark with req.UID (an instance
+	// with another UID, or with no mark, is ErrPermanent). A Stopped instance
+	// that is adopted is started again. Create may return as soon as the
+	// backend accepted the request (the instance then reads Provisioning) or
+	// block until the instance runs; it is idempotent either way.
+	Create(ctx context.Context, req CreateRequest) (Instance, error)
+	// Get reads the instance by the ID Create returned. An instance that is
+	// gone, or that no longer carries our mark, is ErrNotFound.
+	Get(ctx context.Context, id string) (Instance, error)
+	// Delete removes the instance and its secondary resources. Deleting
+	// something already gone succeeds. Delete may return before the backend
+	// finished; the caller then polls Get until ErrNotFound.
+	Delete(ctx context.Context, id string) error
+	// ListByTag returns every instance carrying the managed mark and this
+	// installation's identity. Only ID, UID and CreatedAt need be set: the
+	// garbage collector reads nothing else, so providers skip per-instance
+	// state or address calls here.
+	ListByTag(ctx context.Context) ([]Instance, error)
+}
+
+// Checker is implemented by providers that can report the reachability of
+// their backend. It never returns an error: what went wrong is the result.
+type Checker interface {
+	Check(ctx context.Context) CheckResult
+}
+
+// State is the lifecycle state of an instance as the reconciler sees it.
+type State string
+
+const (
+	// StateProvisioning: the instance exists but does not serve yet (booting,
+	// no address yet, being created).
+	StateProvisioning State = "Provisioning"
+	// StateRunning: the instance serves and IP is set.
+	StateRunning State = "Running"
+	// StateStopped: the instance exists and can be started again; Create
+	// adopts and starts it.
+	StateStopped State = "Stopped"
+	// StateTerminated: the instance ended for good but is still recorded by
+	// the backend (a Pod that failed, a VM terminated); it must be deleted
+	// and created anew.
+	StateTerminated State = "Terminated"
+)
+
+// Instance is what a provider reports about one backend instance.
+type Instance struct {
+	// ID is the provider's own key, opaque to the reconciler. It round-trips:
+	// Get and Delete accept exactly what Create and ListByTag return.
+	ID string
+	// UID is the owning Proxy's UID as read back from the backend's mark.
+	UID string
+	// State is empty in ListByTag results, where it is not read.
+	State State
+	// IP is the address clients connect to; set when State is Running.
+	IP string
+	// CreatedAt is when the backend made the instance; the zero time means
+	// "age unknown", and the garbage collector never treats that as old.
+	CreatedAt time.Time
+}
+
+// Placement says where an instance runs; each provider defines what the
+// fields mean (a GCE zone, a libvirt host, a Proxmox node) and rejects what
+// it cannot honour with ErrPermanent.
+type Placement struct {
+	Zone        string `json:"zone,omitempty"`
+	Region      string `json:"region,omitempty"`
+	MachineType string `json:"machineType,omitempty"`
+	Image       string `json:"image,omitempty"`
+}
+
+// CreateRequest carries everything a provider needs to make one instance.
+type CreateRequest struct {
+	// Name is the instance name, derived by InstanceName; it is valid for
+	// every backend's naming rules and is the key of Create's idempotency.
+	Name string
+	// Namespace, ProxyName and UID identify the owning Proxy.
+	Namespace string
+	ProxyName string
+	UID       string
+	// Port is the TCP port the proxy listens on.
+	Port int32
+	// AllowedSourceRanges are the CIDRs admitted to use the proxy. Empty
+	// means only clients on the proxy's own host.
+	AllowedSourceRanges []string
+	// CloudInit is the user-data; it is redacted wherever it is printed.
+	CloudInit Sensitive
+	Placement Placement
+}
+
+// CheckResult is the outcome of one health check.
+type CheckResult struct {
+	Healthy bool
+	// Reason is a CamelCase word from the provider's documented list.
+	Reason string
+	// Message is for humans; it never holds credentials.
+	Message string
+	// Target names what was checked (a host, a project, "listeners").
+	Target string
+	// Address is where the target was reached.
+	Address string
+	// Details holds what the check learned (versions, free capacity).
+	Details map[string]string
+}
+
+// Common check reasons; providers may add their own.
+const (
+	ReasonHealthy      = "Healthy"
+	ReasonUnreachable  = "Unreachable"
+	ReasonTimeout      = "Timeout"
+	ReasonUnauthorized = "Unauthorized"
+	ReasonForbidden    = "Forbidden"
+	ReasonAPIError     = "APIError"
+	ReasonDegraded     = "Degraded"
+)
+
+// Options are what every provider is constructed with, whatever its type.
+type Options struct {
+	// InstallationID is written as MarkInstallation on every instance and
+	// filters ListByTag and adoption.
+	InstallationID string
+}
