@@ -31,8 +31,9 @@ type Harness struct {
 	// Name is the configured provider name the provider was built with.
 	Name string
 	// New builds a fresh provider (and its backend) marked with the given
-	// installation identity. logs is where the provider's logger writes; the
-	// suite reads it for leaked secrets.
+	// installation identity. Providers log through the logger in each call's
+	// ctx (logr.FromContextOrDiscard); the suite puts a capturing one there
+	// and reads it for leaked secrets.
 	New func(t *testing.T, installation string) (provider.Provider, Backend)
 	// Request returns a valid CreateRequest for this provider (placement,
 	// port) for a Proxy with the given name and UID.
