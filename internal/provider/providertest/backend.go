@@ -1,8 +1,14 @@
+// Package providertest is the provider contract as a conformance suite. A
+// provider's test builds a Harness over its own backend double (or the real
+// backend) and calls Run; every rule of the contract that a backend can
+// break is one named subtest, so a provider gets the contract tests for
+// free and a failure names the rule.
 package providertest
 
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
@@ -26,6 +32,26 @@ type Backend interface {
 	Block(t *testing.T, op string) (release func())
 }
 
+// Inspector is an optional extension of Backend: a backend that can read an
+// instance by name, whoever owns it, lets the suite prove that refused and
+// foreign instances are left exactly as they were. Without it the suite
+// proves the same indirectly (a second Create is still refused, which it
+// would not be had the instance been deleted or re-marked).
+type Inspector interface {
+	// Inspect reports whether an instance named name exists and its marks
+	// (nil when it carries none).
+	Inspect(t *testing.T, name string) (marks *provider.Marks, exists bool)
+}
+
+// Stopper is an optional extension of Backend: a backend that can stop an
+// instance behind the provider's back lets the suite prove that Create
+// starts a Stopped instance it adopts.
+type Stopper interface {
+	// Stop puts the instance with this ID in the state the provider reports
+	// as provider.StateStopped.
+	Stop(t *testing.T, id string)
+}
+
 // Harness is what a provider's test gives the suite.
 type Harness struct {
 	// Name is the configured provider name the provider was built with.
@@ -36,10 +62,46 @@ type Harness struct {
 	// and reads it for leaked secrets.
 	New func(t *testing.T, installation string) (provider.Provider, Backend)
 	// Request returns a valid CreateRequest for this provider (placement,
-	// port) for a Proxy with the given name and UID.
+	// port) for a Proxy with the given name and UID. The suite fills Name
+	// (with provider.InstanceName), ProxyName and UID when they are empty,
+	// and may append to CloudInit.
 	Request func(t *testing.T, proxyName, uid string) provider.CreateRequest
 	// WaitRunning polls Get until the instance runs, playing whatever part
 	// of the world the backend needs (a kubelet marking a Pod Ready).
 	// Nil means Get is polled with the provider alone.
 	WaitRunning func(ctx context.Context, t *testing.T, p provider.Provider, id string) provider.Instance
+
+	// PollTimeout bounds every wait for the backend to catch up (an
+	// instance to run, a Delete that returned early to finish). Zero means
+	// DefaultPollTimeout; a real backend that boots VMs sets minutes.
+	PollTimeout time.Duration
+	// CallTimeout bounds each single provider call, so that a hung call
+	// fails its case by name instead of the whole test binary. Zero means
+	// DefaultCallTimeout.
+	CallTimeout time.Duration
+	// ClockSkew is how far the backend's clock (and its timestamp
+	// resolution) may differ from the test's when CreatedAt is checked.
+	// Zero means DefaultClockSkew.
+	ClockSkew time.Duration
+}
+
+// Defaults for the Harness's bounds; they are liveness limits for a fast
+// in-memory or loopback backend, not speed assertions.
+const (
+	DefaultPollTimeout = 30 * time.Second
+	DefaultCallTimeout = 2 * time.Minute
+	// DefaultClockSkew covers backends that store whole seconds
+	// (Kubernetes' CreationTimestamp).
+	DefaultClockSkew = 2 * time.Second
+)
+
+func (h Harness) pollTimeout() time.Duration { return orDefault(h.PollTimeout, DefaultPollTimeout) }
+func (h Harness) callTimeout() time.Duration { return orDefault(h.CallTimeout, DefaultCallTimeout) }
+func (h Harness) clockSkew() time.Duration   { return orDefault(h.ClockSkew, DefaultClockSkew) }
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
 }

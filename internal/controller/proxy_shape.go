@@ -1,0 +1,69 @@
+package controller
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"sort"
+
+	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// shape is everything in a Proxy that shapes its instance: a change to any
+// of it needs a new instance, since no backend can change these in place.
+type shape struct {
+	Port                int32              `json:"port"`
+	Placement           provider.Placement `json:"placement"`
+	AllowedSourceRanges []string           `json:"allowedSourceRanges"`
+	// CloudInitSHA256 stands for the user-data, so the hash never carries
+	// the secret itself and a changed Secret still reshapes the instance.
+	CloudInitSHA256 string `json:"cloudInitSHA256"`
+}
+
+// shapeOf computes the shape hash of a Proxy's spec with its resolved
+// cloud-init. The order of allowedSourceRanges does not matter.
+func shapeOf(spec egressv1.ProxySpec, cloudInit provider.Sensitive) string {
+	ranges := append([]string(nil), spec.AllowedSourceRanges...)
+	sort.Strings(ranges)
+	ci := ""
+	if cloudInit.Len() > 0 {
+		sum := sha256.Sum256([]byte(cloudInit.Reveal()))
+		ci = hex.EncodeToString(sum[:])
+	}
+	b, _ := json.Marshal(shape{
+		Port:                spec.Port,
+		Placement:           placementOf(spec.Placement),
+		AllowedSourceRanges: ranges,
+		CloudInitSHA256:     ci,
+	})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func placementOf(p egressv1.Placement) provider.Placement {
+	return provider.Placement{Zone: p.Zone, Region: p.Region, MachineType: p.MachineType, Image: p.Image}
+}
+
+// createRequest builds the provider request for a Proxy. It is pure: the
+// cloud-init is resolved by the caller.
+func createRequest(px *egressv1.Proxy, cloudInit provider.Sensitive) provider.CreateRequest {
+	port := px.Spec.Port
+	if port == 0 {
+		port = defaultPort // the CRD defaults it; this covers objects made before the default existed
+	}
+	spec := px.Spec
+	spec.Port = port
+	return provider.CreateRequest{
+		Name:                provider.InstanceName(px.Namespace, px.Name, string(px.UID), shapeOf(spec, cloudInit)),
+		Namespace:           px.Namespace,
+		ProxyName:           px.Name,
+		UID:                 string(px.UID),
+		Port:                port,
+		AllowedSourceRanges: append([]string(nil), px.Spec.AllowedSourceRanges...),
+		CloudInit:           cloudInit,
+		Placement:           placementOf(px.Spec.Placement),
+	}
+}
+
+const defaultPort = 3128
