@@ -102,10 +102,10 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	// The finalizer goes on before anything exists on a backend, so that
 	// nothing can be created that the Proxy's deletion would not remove.
+	// The update's own watch event brings the next pass, which then reads a
+	// cache that has caught up: no Create from a stale status.
 	if controllerutil.AddFinalizer(px, Finalizer) {
-		if err := r.Client.Update(ctx, px); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
+		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, px))
 	}
 	before := px.DeepCopy()
 	res := r.reconcileNormal(ctx, px)

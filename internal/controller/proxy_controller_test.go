@@ -24,9 +24,6 @@ func TestProvisioningThenRunning(t *testing.T) {
 
 	d.reconcile("web")
 	px := d.get("web")
-	if len(px.Finalizers) != 1 || px.Finalizers[0] != Finalizer {
-		t.Fatalf("finalizers = %v", px.Finalizers)
-	}
 	if px.Status.ProviderID == "" || px.Status.Phase != egressv1.PhaseProvisioning || readyReason(px) != "False/Provisioning" {
 		t.Fatalf("after first reconcile: %+v", px.Status)
 	}

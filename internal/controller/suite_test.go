@@ -142,7 +142,13 @@ func (d *direct) create(px *egressv1.Proxy) *egressv1.Proxy {
 	if err := env.Client.Create(context.Background(), px); err != nil {
 		d.t.Fatalf("create Proxy: %v", err)
 	}
-	return px
+	// The first pass only adds the finalizer, before any backend call.
+	d.reconcile(px.Name)
+	got := d.get(px.Name)
+	if len(got.Finalizers) != 1 || got.Finalizers[0] != Finalizer || got.Status.ProviderID != "" {
+		d.t.Fatalf("first pass: finalizers %v, status %+v", got.Finalizers, got.Status)
+	}
+	return got
 }
 
 // events drains the recorded events.

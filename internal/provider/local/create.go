@@ -1,0 +1,155 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// maxInUse caps the addresses Create tries when another process holds the
+// port on them: a wildcard listener on the port holds it on every address,
+// and a /8 would otherwise mean millions of binds.
+const maxInUse = 1024
+
+// Create starts an instance on the lowest free address of the range and
+// returns it Running, or adopts the instance already recorded under
+// req.Name.
+func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
+	log := p.logger(ctx).WithValues("name", req.Name)
+	inst, how, err := p.create(ctx, log, req)
+	if err != nil {
+		err = p.wrap(provider.OpCreate, nil, err)
+		outcome(log, provider.OpCreate, err)
+		return provider.Instance{}, err
+	}
+	outcome(log, provider.OpCreate, nil, "id", inst.ID, "ip", inst.IP, "outcome", how)
+	return inst, nil
+}
+
+func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.CreateRequest) (provider.Instance, string, error) {
+	if err := p.begin(ctx, provider.OpCreate); err != nil {
+		return provider.Instance{}, "", err
+	}
+	a, err := validateRequest(req)
+	if err != nil {
+		return provider.Instance{}, "", err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return provider.Instance{}, "", provider.Errorf(provider.ErrTransient, "%w", errClosed)
+	}
+	if in, ok := p.instances[req.Name]; ok {
+		verdict := provider.CheckAdoption(in.marks, p.opts.InstallationID, req.UID)
+		if err := provider.AdoptionError(verdict, req.Name); err != nil {
+			return provider.Instance{}, "", err
+		}
+		if in.marks.UID == "" {
+			in.marks.UID = req.UID // complete the mark a crash may have left out
+		}
+		if in.srv != nil && in.srv.alive() {
+			// The request is the source of truth for who may connect.
+			in.srv.setACL(a)
+			log.V(2).Info("adopted running instance", "ip", in.ip.String(), "allowedSourceRanges", a.String())
+			return in.view(), "adopted", nil
+		}
+		// Recorded but not serving: like a stopped VM, adopting starts it.
+		if err := p.start(ctx, log, in, req.Port, a); err != nil {
+			return provider.Instance{}, "", err
+		}
+		return in.view(), "adopted and started", nil
+	}
+	in := &instance{
+		name:      req.Name,
+		marks:     provider.Marks{Managed: true, UID: req.UID, Installation: p.opts.InstallationID},
+		createdAt: time.Now().UTC(),
+	}
+	if err := p.start(ctx, log, in, req.Port, a); err != nil {
+		return provider.Instance{}, "", err
+	}
+	p.instances[req.Name] = in
+	return in.view(), "created", nil
+}
+
+// validateRequest checks what no retry can fix, naming every bad entry.
+func validateRequest(req provider.CreateRequest) (*acl, error) {
+	var problems []string
+	if req.Name == "" {
+		problems = append(problems, "name is empty")
+	} else if msgs := validation.IsDNS1123Label(req.Name); len(msgs) > 0 {
+		// The name is the key of the ID, which must round-trip.
+		problems = append(problems, fmt.Sprintf("name %q: %s", req.Name, strings.Join(msgs, "; ")))
+	}
+	if req.Port < 1 || req.Port > 65535 {
+		problems = append(problems, fmt.Sprintf("port %d is outside 1-65535", req.Port))
+	}
+	a, bad := parseACL(req.AllowedSourceRanges)
+	problems = append(problems, bad...)
+	if len(problems) > 0 {
+		return nil, invalidRequest("invalid request: %s", strings.Join(problems, "; "))
+	}
+	return a, nil
+}
+
+// start binds an address for in and serves it; the caller holds p.mu.
+func (p *Provider) start(ctx context.Context, log logr.Logger, in *instance, port int32, a *acl) error {
+	if in.srv != nil {
+		in.srv.close() // a listener that died on its own: let it drain
+		in.srv = nil
+	}
+	ln, ip, err := p.bind(ctx, port)
+	if err != nil {
+		return err
+	}
+	p.servers.Add(1)
+	in.ip = ip
+	in.srv = newServer(ln, a, log.WithValues("ip", ip.String(), "port", port), p.servers.Done)
+	log.V(2).Info("listening", "address", ln.Addr().String(), "range", p.cidr.String(),
+		"allowedSourceRanges", a.String())
+	return nil
+}
+
+// bind listens on port at the lowest address of the range that no instance
+// holds, moving on when another process holds the port there. The caller
+// holds p.mu, so two Creates never pick the same address.
+func (p *Provider) bind(ctx context.Context, port int32) (net.Listener, netip.Addr, error) {
+	taken := map[netip.Addr]bool{}
+	for _, in := range p.instances {
+		if in.srv != nil {
+			taken[in.ip] = true
+		}
+	}
+	var lc net.ListenConfig
+	inUse := 0
+	for addr := p.cidr.Addr().Next(); addr.IsValid() && p.cidr.Contains(addr); addr = addr.Next() {
+		if reserved(p.cidr, addr) || taken[addr] {
+			continue
+		}
+		if err := provider.CtxErr(ctx, p.name, provider.OpCreate); err != nil {
+			return nil, netip.Addr{}, err
+		}
+		ap := netip.AddrPortFrom(addr, uint16(port))
+		ln, err := lc.Listen(ctx, "tcp4", ap.String())
+		if err == nil {
+			return ln, addr, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, netip.Addr{}, classifyListen(ap, err)
+		}
+		inUse++
+		if inUse >= maxInUse {
+			break
+		}
+	}
+	return nil, netip.Addr{}, exhausted(p.cidr, p.usable, len(taken), inUse, port)
+}

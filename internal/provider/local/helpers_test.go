@@ -1,0 +1,205 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+const (
+	testProviderName = "local-test"
+	testInstallation = "install-test"
+)
+
+// rangeSeq gives every test provider its own /24 inside 127.64.0.0/10, so
+// providers built by different tests (or by the conformance suite, one per
+// case) never contend for an address.
+var rangeSeq atomic.Uint32
+
+func nextRange(bits int) string {
+	n := rangeSeq.Add(1)
+	return fmt.Sprintf("127.%d.%d.0/%d", 64+(n/256)%64, n%256, bits)
+}
+
+// testPort is one port for every instance of the test binary: instances
+// differ by address, as VMs would. It is a port the kernel just handed out,
+// so nothing well-known is in the way.
+var testPort = sync.OnceValue(func() int32 {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return int32(ln.Addr().(*net.TCPAddr).Port)
+})
+
+// newTestProvider builds a provider on a fresh range and closes it when the
+// test ends.
+func newTestProvider(t testing.TB, installation string, bits int) *Provider {
+	t.Helper()
+	p, err := New(testProviderName, Config{BindCIDR: nextRange(bits)}, provider.Options{InstallationID: installation})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// logs captures a provider's log lines at every tier.
+type logs struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logs) write(prefix, args string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, prefix+" "+args)
+}
+
+func (l *logs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// find returns the lines that contain every one of subs.
+func (l *logs) find(subs ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+next:
+	for _, line := range l.lines {
+		for _, s := range subs {
+			if !strings.Contains(line, s) {
+				continue next
+			}
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// logCtx is a ctx carrying a logger that captures up to V(verbosity).
+func logCtx(verbosity int) (context.Context, *logs) {
+	l := &logs{}
+	log := funcr.New(l.write, funcr.Options{Verbosity: verbosity})
+	return logr.NewContext(context.Background(), log), l
+}
+
+// request is a valid request for a Proxy named proxyName.
+func request(proxyName string, ranges ...string) provider.CreateRequest {
+	uid := "uid-" + proxyName
+	return provider.CreateRequest{
+		Name:                provider.InstanceName("ns", proxyName, uid, "s"),
+		Namespace:           "ns",
+		ProxyName:           proxyName,
+		UID:                 uid,
+		Port:                testPort(),
+		AllowedSourceRanges: ranges,
+	}
+}
+
+func mustCreate(t testing.TB, p *Provider, req provider.CreateRequest) provider.Instance {
+	t.Helper()
+	inst, err := p.Create(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Create(%q): %v", req.Name, err)
+	}
+	return inst
+}
+
+// wantClass fails unless err carries class.
+func wantClass(t testing.TB, what string, err, class error) {
+	t.Helper()
+	if !errors.Is(err, class) {
+		t.Errorf("%s: error %v, want class %s", what, err, provider.ClassName(class))
+	}
+}
+
+// wantProviderError fails unless err is a *provider.Error naming our
+// provider and op.
+func wantProviderError(t testing.TB, err error, op string) {
+	t.Helper()
+	var pe *provider.Error
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %v is a %T, not a *provider.Error", err, err)
+	}
+	if pe.Provider != testProviderName || pe.Op != op {
+		t.Errorf("error names provider %q op %q, want %q and %q", pe.Provider, pe.Op, testProviderName, op)
+	}
+}
+
+// plant records an instance behind the provider's back, as the conformance
+// Backend does: marks nil means no marks; port 0 means no listener (a
+// Stopped instance).
+func plant(t testing.TB, p *Provider, name string, marks *provider.Marks, port int32) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.instances[name]; ok {
+		t.Fatalf("plant(%q): an instance with that name exists", name)
+	}
+	in := &instance{name: name, createdAt: time.Now().UTC()}
+	if marks != nil {
+		in.marks = *marks
+	}
+	if port > 0 {
+		if err := p.start(context.Background(), logr.Discard(), in, port, &acl{}); err != nil {
+			t.Fatalf("plant(%q): %v", name, err)
+		}
+	}
+	p.instances[name] = in
+}
+
+// stopServer closes an instance's listener behind the provider's back and
+// waits for it to drain; forget also drops the record.
+func stopServer(t testing.TB, p *Provider, id string, forget bool) {
+	t.Helper()
+	name, err := parseID(id)
+	if err != nil {
+		t.Fatalf("stopServer(%q): %v", id, err)
+	}
+	p.mu.Lock()
+	in, ok := p.instances[name]
+	var srv *server
+	if ok {
+		srv, in.srv = in.srv, nil
+		if forget {
+			delete(p.instances, name)
+		}
+	}
+	p.mu.Unlock()
+	if srv != nil {
+		srv.close()
+		<-srv.finished
+	}
+}
+
+func optsFor(installation string) provider.Options {
+	return provider.Options{InstallationID: installation}
+}
+
+func itoa(port int32) string { return strconv.Itoa(int(port)) }
+
+func mustAddr(t testing.TB, s string) netip.Addr {
+	t.Helper()
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		t.Fatalf("%q is not an IP: %v", s, err)
+	}
+	return a
+}

@@ -1,0 +1,367 @@
+package local
+
+// The forward proxy is written here on net/http rather than taken from
+// github.com/elazarl/goproxy (v1.9.3, in go.mod), because goproxy gets in
+// the way of three things this provider promises:
+//   - Delete and Close must end every connection and return only when done.
+//     goproxy runs each CONNECT tunnel in goroutines it detaches from the
+//     handler, so nothing can wait for a tunnel to end, and their Warnf
+//     lines can fire after the instance (and the caller's logger) is gone.
+//   - Its defaults chain to the operator's own HTTPS_PROXY (read from the
+//     environment at construction) and skip TLS verification for absolute
+//     https:// requests; both would have to be undone field by field.
+//   - It strips only some hop-by-hop headers (not those a Connection header
+//     names, nor Keep-Alive, TE or Upgrade on responses).
+// Plain HTTP goes through the standard library's httputil.ReverseProxy,
+// which already handles hop-by-hop headers, trailers, upgrades, streaming
+// flushes and the request context; CONNECT is a small hijack-and-splice
+// below. Both dial upstream with the request's context and dialTimeout.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+const (
+	// dialTimeout bounds every upstream dial, on top of the request context.
+	dialTimeout = 10 * time.Second
+	// readHeaderTimeout stops clients that open a connection and send
+	// nothing from holding it forever.
+	readHeaderTimeout = 30 * time.Second
+	// idleTimeout closes keep-alive client connections left unused.
+	idleTimeout = 2 * time.Minute
+)
+
+// forwardedHeaders are end-to-end headers a client may send;
+// ReverseProxy's Rewrite mode drops them, a forward proxy passes them on.
+var forwardedHeaders = []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+
+// acl is the set of client ranges an instance admits.
+type acl struct {
+	// prefixes empty means loopback clients only, never everyone.
+	prefixes []netip.Prefix
+}
+
+// parseACL parses allowedSourceRanges; each error names the bad entry.
+func parseACL(ranges []string) (*acl, []string) {
+	a := &acl{}
+	var problems []string
+	for i, r := range ranges {
+		p, err := netip.ParsePrefix(strings.TrimSpace(r))
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("allowedSourceRanges[%d]: %q is not a CIDR", i, r))
+			continue
+		}
+		a.prefixes = append(a.prefixes, p.Masked())
+	}
+	return a, problems
+}
+
+// allows says whether a client at addr may use the proxy.
+func (a *acl) allows(addr netip.Addr) bool {
+	addr = addr.Unmap()
+	if len(a.prefixes) == 0 {
+		return addr.IsLoopback() // 127.0.0.0/8 and ::1
+	}
+	for _, p := range a.prefixes {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *acl) String() string {
+	if len(a.prefixes) == 0 {
+		return "loopback only"
+	}
+	s := make([]string, len(a.prefixes))
+	for i, p := range a.prefixes {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+// server is one instance's listener and proxy.
+type server struct {
+	ln        net.Listener
+	hs        *http.Server
+	forward   *httputil.ReverseProxy
+	transport *http.Transport
+	dialer    *net.Dialer
+	acl       atomic.Pointer[acl]
+	log       logr.Logger
+
+	// ctx is the base of every request's context; close cancels it, which
+	// ends upstream dials, forwarded requests and tunnels.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// closing is set by close; stopped closes when Serve returns.
+	closing atomic.Bool
+	stopped chan struct{}
+
+	mu sync.Mutex // orders active.Add against close's Wait
+	// active counts the Serve loop and running handlers; finished closes
+	// when it drops to zero after close.
+	active   sync.WaitGroup
+	finished chan struct{}
+	onDone   func()
+}
+
+// newServer starts serving ln at once. onDone runs when the server has
+// finished draining after close.
+func newServer(ln net.Listener, a *acl, logger logr.Logger, onDone func()) *server {
+	s := &server{ln: ln, log: logger, stopped: make(chan struct{}), finished: make(chan struct{}), onDone: onDone}
+	// The instance outlives the Create call that made it, so its requests
+	// hang off their own root rather than off Create's ctx.
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.acl.Store(a)
+	s.dialer = &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	s.transport = &http.Transport{
+		Proxy:                 nil, // never chain to the operator's own HTTP(S)_PROXY
+		DialContext:           s.dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   32,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true, // pass bodies through as the origin sent them
+	}
+	s.forward = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// The absolute URI is already the target; only undo Rewrite's
+			// removal of end-to-end headers. No X-Forwarded-For is added:
+			// an egress proxy keeps its clients' addresses to itself.
+			for _, h := range forwardedHeaders {
+				if v, ok := pr.In.Header[h]; ok {
+					pr.Out.Header[h] = v
+				}
+			}
+		},
+		Transport:    s.transport,
+		ErrorLog:     log.New(serverLog{s}, "", 0),
+		ErrorHandler: s.upstreamError,
+	}
+	s.hs = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          log.New(serverLog{s}, "", 0),
+		BaseContext:       func(net.Listener) context.Context { return s.ctx },
+	}
+	s.active.Add(1)
+	go func() {
+		defer s.active.Done()
+		err := s.hs.Serve(ln)
+		close(s.stopped)
+		if !s.closing.Load() {
+			// Not asked to stop: Get now reports the instance Stopped and
+			// Check names it, so say why once.
+			s.log.V(1).Info("listener stopped", "error", err.Error())
+		}
+	}()
+	return s
+}
+
+// alive says whether the listener still serves.
+func (s *server) alive() bool {
+	select {
+	case <-s.stopped:
+		return false
+	default:
+		return !s.closing.Load()
+	}
+}
+
+// setACL replaces the admitted ranges; new requests see them at once.
+func (s *server) setACL(a *acl) { s.acl.Store(a) }
+
+// close stops the server without waiting: the listener is closed (its
+// address is free when close returns), every connection, hijacked tunnels
+// included, is ended, and finished closes once every handler returned.
+func (s *server) close() {
+	s.mu.Lock()
+	if s.closing.Swap(true) {
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	_ = s.ln.Close() // synchronously, so the address is free now
+	_ = s.hs.Close() // every connection the server still tracks
+	s.cancel()       // forwarded requests, upstream dials and tunnels end
+	s.transport.CloseIdleConnections()
+	go func() {
+		s.active.Wait()
+		s.transport.CloseIdleConnections()
+		close(s.finished)
+		if s.onDone != nil {
+			s.onDone()
+		}
+	}()
+}
+
+// wait blocks until the server finished draining or ctx ends.
+func (s *server) wait(ctx context.Context) error {
+	select {
+	case <-s.finished:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// enter registers a handler; false once the server is closing.
+func (s *server) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing.Load() {
+		return false
+	}
+	s.active.Add(1)
+	return true
+}
+
+// ServeHTTP admits clients by source address, then forwards plain requests
+// and tunnels CONNECT.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.enter() {
+		w.Header().Set("Connection", "close")
+		http.Error(w, "proxy is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	defer s.active.Done()
+
+	src, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil || !s.acl.Load().allows(src.Addr()) {
+		s.log.V(1).Info("refused client outside allowedSourceRanges",
+			"source", r.RemoteAddr, "method", r.Method, "target", r.Host)
+		w.Header().Set("Connection", "close")
+		http.Error(w, "forbidden: your address is not in this proxy's allowedSourceRanges", http.StatusForbidden)
+		return
+	}
+	switch {
+	case r.Method == http.MethodConnect:
+		s.tunnel(w, r)
+	case !r.URL.IsAbs():
+		http.Error(w, "this is a forward proxy: send absolute-URI requests (http://host/path) or CONNECT", http.StatusBadRequest)
+	case r.URL.Scheme != "http" && r.URL.Scheme != "https":
+		http.Error(w, fmt.Sprintf("scheme %q is not supported", r.URL.Scheme), http.StatusBadRequest)
+	default:
+		s.forward.ServeHTTP(w, r)
+	}
+}
+
+// upstreamError answers a forwarded request whose origin could not be
+// reached. It always writes a status: a handler that writes nothing makes
+// net/http answer 200.
+func (s *server) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	s.fail(w, r, r.URL.Host, err)
+}
+
+// fail answers a request whose upstream failed: 503 when the instance is
+// going away, 504 on a timeout, else 502. It logs only failures someone is
+// still waiting for.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, target string, err error) {
+	if s.closing.Load() {
+		w.Header().Set("Connection", "close")
+		http.Error(w, "proxy is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	if r.Context().Err() == nil {
+		s.log.V(2).Info("upstream failed", "method", r.Method, "target", target, "error", err.Error())
+	}
+	http.Error(w, "bad gateway: "+err.Error(), gatewayStatus(err))
+}
+
+// gatewayStatus is 504 for an upstream that timed out, else 502.
+func gatewayStatus(err error) int {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusBadGateway
+}
+
+// tunnel serves CONNECT: dial the target, hijack the client connection and
+// copy both ways until either side ends, the client goes or the server
+// closes. The handler stays until the tunnel ends, so close can wait for it.
+func (s *server) tunnel(w http.ResponseWriter, r *http.Request) {
+	target := r.Host
+	if _, port, err := net.SplitHostPort(target); err != nil || port == "" {
+		http.Error(w, "CONNECT needs a host:port target", http.StatusBadRequest)
+		return
+	}
+	dctx, cancel := context.WithTimeout(r.Context(), dialTimeout)
+	up, err := s.dialer.DialContext(dctx, "tcp", target)
+	cancel()
+	if err != nil {
+		s.fail(w, r, target, err)
+		return
+	}
+	client, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		_ = up.Close()
+		http.Error(w, "cannot tunnel on this connection", http.StatusInternalServerError)
+		return
+	}
+	// r's context is derived from s.ctx and lives while this handler runs,
+	// so closing the server (or the client going) ends the tunnel.
+	stop := context.AfterFunc(r.Context(), func() {
+		_ = client.Close()
+		_ = up.Close()
+	})
+	defer stop()
+	defer func() { _ = client.Close(); _ = up.Close() }()
+
+	// The server may have left read deadlines on the hijacked connection.
+	_ = client.SetDeadline(time.Time{})
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	// Bytes the client sent right behind the CONNECT (a TLS ClientHello)
+	// already sit in the server's read buffer.
+	var fromClient io.Reader = client
+	if n := brw.Reader.Buffered(); n > 0 {
+		fromClient = io.MultiReader(io.LimitReader(brw.Reader, int64(n)), client)
+	}
+	s.log.V(2).Info("tunnel open", "source", r.RemoteAddr, "target", target)
+	splice(client, up, fromClient)
+}
+
+// splice copies client to up and up to client. A side that ends cleanly is
+// half-closed so the other direction can finish; an error ends both.
+func splice(client, up net.Conn, fromClient io.Reader) {
+	abort := func() { _ = client.Close(); _ = up.Close() }
+	done := make(chan struct{}, 2)
+	pipe := func(dst net.Conn, src io.Reader) {
+		defer func() { done <- struct{}{} }()
+		if _, err := io.Copy(dst, src); err != nil {
+			abort()
+			return
+		}
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+			return
+		}
+		abort()
+	}
+	go pipe(up, fromClient)
+	go pipe(client, up)
+	<-done
+	<-done
+}
