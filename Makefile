@@ -11,7 +11,7 @@ LOCALBIN ?= $(CURDIR)/bin
 GO ?= go
 
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
-KUSTOMIZE_VERSION ?= v5.7.1
+KUSTOMIZE_VERSION ?= v5.8.1
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 
@@ -74,11 +74,13 @@ run: manifests generate ## Run the operator against the current kubeconfig with 
 
 .PHONY: demo
 demo: build envtest-kubectl ## Run the operator end to end on the local provider (Ctrl-C stops everything).
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/demo --manager $(LOCALBIN)/manager
+	$(GO) build -o $(LOCALBIN)/demo ./hack/demo
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/demo --manager $(LOCALBIN)/manager
 
 .PHONY: demo-check
 demo-check: build envtest-kubectl ## The demo without a terminal: exit 0 only if a fetch through the proxy worked.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) run ./hack/demo --manager $(LOCALBIN)/manager --check
+	$(GO) build -o $(LOCALBIN)/demo ./hack/demo
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/demo --manager $(LOCALBIN)/manager --check
 
 .PHONY: envtest-kubectl
 envtest-kubectl:
@@ -112,3 +114,7 @@ $(CONTROLLER_GEN): | $(LOCALBIN)
 $(KUSTOMIZE): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 	mv $(LOCALBIN)/kustomize $@
+
+.PHONY: docker-build
+docker-build: ## Build the manager image (needs a container engine).
+	docker build -t $(IMG) .

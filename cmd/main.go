@@ -70,7 +70,9 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
 	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
-		ctrl.Log.WithName("setup").Error(err, "operator stopped")
+		// Plain text, no stack trace: these are configuration errors a
+		// human reads at start.
+		fmt.Fprintln(os.Stderr, "egress-proxies-operator:", err)
 		os.Exit(1)
 	}
 }
@@ -79,6 +81,12 @@ func run(ctx context.Context, o options) error {
 	log := ctrl.Log.WithName("setup")
 	if o.providersConfig == "" {
 		return errors.New("--providers-config is required")
+	}
+	// A bad providers config stops the operator first, with every error's
+	// path, before anything reaches the cluster.
+	entries, err := registry.New(registry.DefaultTypes(), provider.Options{}).ReadFile(o.providersConfig)
+	if err != nil {
+		return err
 	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
@@ -92,9 +100,8 @@ func run(ctx context.Context, o options) error {
 	log.Info("installation identity", "installationID", o.installationID)
 
 	reg := registry.New(registry.DefaultTypes(), provider.Options{InstallationID: o.installationID})
-	// A bad config stops the operator here, with every error's path.
-	if err := reg.LoadFile(o.providersConfig); err != nil {
-		return err
+	if err := reg.Apply(entries); err != nil {
+		return fmt.Errorf("providers config %s: %w", o.providersConfig, err)
 	}
 	defer reg.Close()
 	for _, e := range reg.Entries() {
@@ -149,6 +156,8 @@ func run(ctx context.Context, o options) error {
 	log.Info("starting manager")
 	return mgr.Start(ctx)
 }
+
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // defaultInstallationID is the kube-system namespace's UID: stable for the
 // life of a cluster and different in every cluster, with no configuration.

@@ -133,7 +133,7 @@ func newServer(ln net.Listener, a *acl, logger logr.Logger, onDone func()) *serv
 	s.dialer = &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
 	s.transport = &http.Transport{
 		Proxy:                 nil, // never chain to the operator's own HTTP(S)_PROXY
-		DialContext:           s.dialer.DialContext,
+		DialContext:           s.dial,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          100,
 		MaxIdleConnsPerHost:   32,
@@ -297,6 +297,22 @@ func gatewayStatus(err error) int {
 	return http.StatusBadGateway
 }
 
+// dial makes upstream connections. A loopback destination is dialled from
+// the instance's own address, so an origin on this host sees each Proxy's
+// distinct IP, as it would a VM's; other destinations keep the kernel's
+// choice, since a 127/8 source cannot leave the host.
+func (s *server) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	own, ok := s.ln.Addr().(*net.TCPAddr)
+	if err == nil && ok && ip != nil && ip.To4() != nil && ip.IsLoopback() {
+		d := *s.dialer
+		d.LocalAddr = &net.TCPAddr{IP: own.IP}
+		return d.DialContext(ctx, "tcp4", addr)
+	}
+	return s.dialer.DialContext(ctx, network, addr)
+}
+
 // tunnel serves CONNECT: dial the target, hijack the client connection and
 // copy both ways until either side ends, the client goes or the server
 // closes. The handler stays until the tunnel ends, so close can wait for it.
@@ -307,7 +323,7 @@ func (s *server) tunnel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	dctx, cancel := context.WithTimeout(r.Context(), dialTimeout)
-	up, err := s.dialer.DialContext(dctx, "tcp", target)
+	up, err := s.dial(dctx, "tcp", target)
 	cancel()
 	if err != nil {
 		s.fail(w, r, target, err)

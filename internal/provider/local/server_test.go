@@ -7,6 +7,8 @@ package local
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -422,6 +424,38 @@ func BenchmarkForwardHTTP(b *testing.B) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || n != int64(len(payload)) {
 			b.Fatalf("got %d, %d bytes", resp.StatusCode, n)
+		}
+	}
+}
+
+// Each instance reaches a loopback origin from its own address, for plain
+// requests and tunnels alike, so two Proxies show two egress IPs.
+func TestEgressFromInstanceAddress(t *testing.T) {
+	seen := make(chan string, 4)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		seen <- host
+		io.WriteString(w, "ok")
+	}))
+	defer origin.Close()
+	tlsOrigin := httptest.NewTLSServer(origin.Config.Handler)
+	defer tlsOrigin.Close()
+
+	p := newTestProvider(t, testInstallation, 24)
+	for _, name := range []string{"egress-a", "egress-b"} {
+		inst := mustCreate(t, p, request(name))
+		pool := x509.NewCertPool()
+		pool.AddCert(tlsOrigin.Certificate())
+		client := proxyClient(t, inst, &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}})
+		for _, url := range []string{origin.URL, tlsOrigin.URL} {
+			resp, err := client.Get(url)
+			if err != nil {
+				t.Fatalf("%s via %s: %v", url, inst.IP, err)
+			}
+			resp.Body.Close()
+			if got := <-seen; got != inst.IP {
+				t.Errorf("%s via instance %s: origin saw %s", url, inst.IP, got)
+			}
 		}
 	}
 }

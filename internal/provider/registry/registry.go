@@ -101,10 +101,23 @@ func (r *Registry) TypeNames() []string {
 	return names
 }
 
+// ReadFile reads and validates the providers config at path, changing
+// nothing: every error in the file is reported, each with its path.
+func (r *Registry) ReadFile(path string) ([]config.Entry, error) {
+	entries, err := config.Load(path, r.TypeNames())
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Validate(entries); err != nil {
+		return nil, fmt.Errorf("providers config %s: %w", path, err)
+	}
+	return entries, nil
+}
+
 // LoadFile reads, validates and applies the providers config at path. An
 // invalid file changes nothing.
 func (r *Registry) LoadFile(path string) error {
-	entries, err := config.Load(path, r.TypeNames())
+	entries, err := r.ReadFile(path)
 	if err != nil {
 		return err
 	}
@@ -119,20 +132,9 @@ func (r *Registry) LoadFile(path string) error {
 // connections); changed and new ones are built; removed ones are closed.
 // Nothing changes when any entry is invalid or fails to build.
 func (r *Registry) Apply(entries []config.Entry) error {
-	type parsed struct {
-		e        config.Entry
-		settings any
-	}
-	var errs field.ErrorList
-	ps := make([]parsed, 0, len(entries))
-	for _, e := range entries {
-		t := r.types[e.Type]
-		s, fe := t.Parse(e.Settings, e.SettingsPath())
-		errs = append(errs, fe...)
-		ps = append(ps, parsed{e, s})
-	}
-	if len(errs) > 0 {
-		return errs.ToAggregate()
+	ps, err := r.parse(entries)
+	if err != nil {
+		return err
 	}
 
 	r.mu.RLock()
@@ -174,6 +176,34 @@ func (r *Registry) Apply(entries []config.Entry) error {
 		}
 	}
 	return nil
+}
+
+type parsed struct {
+	e        config.Entry
+	settings any
+}
+
+// Validate parses every entry's settings and reports all errors at once,
+// without building anything: main runs it before it reaches the cluster.
+func (r *Registry) Validate(entries []config.Entry) error {
+	_, err := r.parse(entries)
+	return err
+}
+
+func (r *Registry) parse(entries []config.Entry) ([]parsed, error) {
+	var errs field.ErrorList
+	ps := make([]parsed, 0, len(entries))
+	for _, e := range entries {
+		t, ok := r.types[e.Type]
+		if !ok {
+			errs = append(errs, field.NotSupported(e.Path.Child("type"), e.Type, r.TypeNames()))
+			continue
+		}
+		s, fe := t.Parse(e.Settings, e.SettingsPath())
+		errs = append(errs, fe...)
+		ps = append(ps, parsed{e, s})
+	}
+	return ps, errs.ToAggregate()
 }
 
 func (r *Registry) build(name, typ string, settings any) (*Entry, error) {

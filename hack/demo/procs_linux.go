@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// childProcAttr puts the manager in a process group of its own, so a Ctrl-C
+// in the terminal reaches only the demo, which deletes the Proxy while the
+// operator still runs and then stops it; Pdeathsig stops it should the demo
+// itself be killed with no chance to tear down.
+func childProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+var errNoProcfs = errors.New("no /proc")
+
+type procInfo struct {
+	pid, pgid int
+	cmdline   string
+}
+
+// listProcesses reads every process's group and command line from /proc.
+// Processes that exit while it reads are skipped.
+func listProcesses() ([]procInfo, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, errNoProcfs
+	}
+	var out []procInfo
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		dir := filepath.Join("/proc", e.Name())
+		stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+		if err != nil {
+			continue
+		}
+		// The command name in parentheses may hold spaces and ')'; the
+		// fields after its last ')' are: state ppid pgrp ...
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) < 3 {
+			continue
+		}
+		if fields[0] == "Z" {
+			continue // a zombie runs nothing; its parent reaps it
+		}
+		pgid, _ := strconv.Atoi(fields[2])
+		cmd, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+		out = append(out, procInfo{pid: pid, pgid: pgid, cmdline: strings.TrimSpace(string(bytes.ReplaceAll(cmd, []byte{0}, []byte{' '})))})
+	}
+	return out, nil
+}
