@@ -44,6 +44,7 @@ type SecretKeySelector struct {
 
 // ProxySpec is what the user asks for.
 // +kubebuilder:validation:XValidation:rule="!(has(self.cloudInit) && has(self.cloudInitSecretRef))",message="cloudInit and cloudInitSecretRef are mutually exclusive"
+// +kubebuilder:validation:XValidation:rule="!has(self.cloudInit) || size(bytes(self.cloudInit)) <= 262144",message="cloudInit must be at most 262144 bytes (256 KiB) of UTF-8",fieldPath=".cloudInit"
 type ProxySpec struct {
 	// Provider is the name of an entry in the operator's providers config
 	// (not a provider type).
@@ -66,7 +67,8 @@ type ProxySpec struct {
 	// CloudInit is the instance's user-data. When neither it nor
 	// cloudInitSecretRef is set, the operator generates one that installs
 	// Squid on port with an ACL from allowedSourceRanges. Providers that run
-	// no VM (local, kubernetes) do not use it.
+	// no VM (local, kubernetes) do not use it. At most 256 KiB (262144
+	// bytes) of UTF-8.
 	// +kubebuilder:validation:MaxLength=262144
 	// +optional
 	CloudInit string `json:"cloudInit,omitempty"`
@@ -81,7 +83,7 @@ type ProxySpec struct {
 	// to all.
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=43
-	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c))",message="every entry must be a CIDR such as 10.0.0.0/8 or 2001:db8::/32"
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.0.0/8 or 2001:db8::/32"
 	// +listType=set
 	// +optional
 	AllowedSourceRanges []string `json:"allowedSourceRanges,omitempty"`

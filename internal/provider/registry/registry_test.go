@@ -24,7 +24,9 @@ type stub struct {
 func (s *stub) Create(context.Context, provider.CreateRequest) (provider.Instance, error) {
 	return provider.Instance{}, nil
 }
-func (s *stub) Get(context.Context, string) (provider.Instance, error) { return provider.Instance{}, nil }
+func (s *stub) Get(context.Context, string) (provider.Instance, error) {
+	return provider.Instance{}, nil
+}
 func (s *stub) Delete(context.Context, string) error                   { return nil }
 func (s *stub) ListByTag(context.Context) ([]provider.Instance, error) { return nil, nil }
 func (s *stub) Close() error                                           { s.closed.Store(true); return nil }
