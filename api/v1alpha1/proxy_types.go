@@ -51,6 +51,7 @@ type ProxySpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.provider is immutable: the instance lives on that provider; create a new Proxy to move"
 	Provider string `json:"provider"`
 
 	// Placement says where the instance runs; its meaning is the provider's.
@@ -84,6 +85,7 @@ type ProxySpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.0.0/8 or 2001:db8::/32"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() > 0",message="a /0 range would make an open proxy; list the ranges that may use it"
 	// +listType=set
 	// +optional
 	AllowedSourceRanges []string `json:"allowedSourceRanges,omitempty"`

@@ -92,9 +92,9 @@ func WithAssetsDir(dir string) Option {
 }
 
 // WithCRDPaths installs the CRDs from these files or directories instead of
-// <repo>/config/crd/bases.
+// <repo>/config/crd/bases; with no paths, none are installed.
 func WithCRDPaths(paths ...string) Option {
-	return func(o *options) { o.crdPaths = append([]string(nil), paths...) }
+	return func(o *options) { o.crdPaths = append(make([]string, 0, len(paths)), paths...) }
 }
 
 // WithLogf sends New's progress lines (server version, start time) to logf;
