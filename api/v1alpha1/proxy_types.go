@@ -104,6 +104,11 @@ const (
 	PhaseDeleting     ProxyPhase = "Deleting"
 )
 
+// AnnotationForceRelease, set to "true" on a Proxy, lets its deletion finish
+// without deleting the backend instance: for a provider that is gone for
+// good. The abandoned instance IDs are recorded in a Warning event.
+const AnnotationForceRelease = "egress.proxy-operator.dev/force-release"
+
 // ConditionReady is the Proxy's summary condition.
 const ConditionReady = "Ready"
 

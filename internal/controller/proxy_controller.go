@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -56,6 +57,12 @@ type ProxyReconciler struct {
 
 	transientBackoff workqueue.TypedRateLimiter[types.NamespacedName]
 	quotaBackoff     workqueue.TypedRateLimiter[types.NamespacedName]
+
+	// latches remembers the provider revision each permanent failure was
+	// seen under: a changed provider configuration releases the latch.
+	// Kept in memory: after a restart every latched Proxy is tried once.
+	latchMu sync.Mutex
+	latches map[types.NamespacedName]string
 }
 
 // Defaults for the reconciler's knobs; main exposes them as flags.
@@ -127,8 +134,9 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		px.Status.Phase = egressv1.PhasePending
 		return ctrl.Result{}
 	}
-	if latched(px) {
-		// A permanent failure is not retried until the spec changes.
+	if r.latched(px, entry) {
+		// A permanent failure is not retried until the spec or the
+		// provider's configuration changes.
 		return ctrl.Result{}
 	}
 	log = log.WithValues("provider", entry.Name)
@@ -152,7 +160,7 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		} else if err := r.deleteInstance(ctx, entry, px.Status.ProviderID); err != nil {
 			// The unfinished replacement is itself replaced; the GC collects
 			// it if this delete does not get through.
-			return r.failed(ctx, px, err)
+			return r.failed(ctx, entry, px, err)
 		}
 		px.Status.ProviderID, px.Status.InstanceName = "", ""
 	}
@@ -160,7 +168,7 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 	var inst provider.Instance
 	if px.Status.ProviderID == "" {
 		if inst, err = r.create(ctx, entry, px, req); err != nil {
-			return r.failed(ctx, px, err)
+			return r.failed(ctx, entry, px, err)
 		}
 	} else {
 		inst, err = r.get(ctx, entry, px.Status.ProviderID)
@@ -170,10 +178,10 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 				"instance %s is gone from provider %q; creating it again", px.Status.ProviderID, entry.Name)
 			px.Status.ProviderID, px.Status.IP, px.Status.Endpoint = "", "", ""
 			if inst, err = r.create(ctx, entry, px, req); err != nil {
-				return r.failed(ctx, px, err)
+				return r.failed(ctx, entry, px, err)
 			}
 		case err != nil:
-			return r.failed(ctx, px, err)
+			return r.failed(ctx, entry, px, err)
 		}
 	}
 
@@ -188,7 +196,7 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonInstanceStopped,
 			fmt.Sprintf("instance %s stopped; starting it again", inst.ID))
 		if _, err := r.create(ctx, entry, px, req); err != nil {
-			return r.failed(ctx, px, err)
+			return r.failed(ctx, entry, px, err)
 		}
 		return ctrl.Result{RequeueAfter: entry.PollInterval}
 	case provider.StateTerminated:
@@ -197,7 +205,7 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonInstanceStopped,
 			fmt.Sprintf("instance %s terminated; deleting it to create it anew", inst.ID))
 		if err := r.deleteInstance(ctx, entry, inst.ID); err != nil {
-			return r.failed(ctx, px, err)
+			return r.failed(ctx, entry, px, err)
 		}
 		return ctrl.Result{RequeueAfter: entry.PollInterval}
 	}
@@ -253,16 +261,17 @@ func describeState(s provider.State) string {
 }
 
 // failed records a provider error by its class and says when to try again.
-func (r *ProxyReconciler) failed(ctx context.Context, px *egressv1.Proxy, err error) ctrl.Result {
+func (r *ProxyReconciler) failed(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, err error) ctrl.Result {
 	log := logr.FromContextOrDiscard(ctx)
 	if px.Status.Phase == "" || px.Status.Phase == egressv1.PhasePending {
 		px.Status.Phase = egressv1.PhaseProvisioning
 	}
 	switch provider.ClassOf(err) {
 	case provider.ErrPermanent:
-		log.Error(err, "permanent provider failure; not retrying until the spec changes")
+		log.Error(err, "permanent provider failure; not retrying until the spec or the provider's configuration changes")
 		px.Status.Phase = egressv1.PhaseFailed
 		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonPermanentFailure, err.Error())
+		r.latch(px, entry)
 		return ctrl.Result{}
 	case provider.ErrQuotaExceeded:
 		wait := r.quotaBackoff.When(key(px))
@@ -283,10 +292,25 @@ func (r *ProxyReconciler) failed(ctx context.Context, px *egressv1.Proxy, err er
 }
 
 // latched reports a Proxy whose last attempt failed permanently for the
-// generation it still has.
-func latched(px *egressv1.Proxy) bool {
+// generation it still has, under the provider configuration it still has.
+func (r *ProxyReconciler) latched(px *egressv1.Proxy, entry *registry.Entry) bool {
 	c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady)
-	return c != nil && c.Reason == egressv1.ReasonPermanentFailure && c.ObservedGeneration == px.Generation
+	if c == nil || c.Reason != egressv1.ReasonPermanentFailure || c.ObservedGeneration != px.Generation {
+		return false
+	}
+	r.latchMu.Lock()
+	defer r.latchMu.Unlock()
+	rev, ok := r.latches[key(px)]
+	return ok && rev == entry.Revision
+}
+
+func (r *ProxyReconciler) latch(px *egressv1.Proxy, entry *registry.Entry) {
+	r.latchMu.Lock()
+	defer r.latchMu.Unlock()
+	if r.latches == nil {
+		r.latches = map[types.NamespacedName]string{}
+	}
+	r.latches[key(px)] = entry.Revision
 }
 
 func (r *ProxyReconciler) create(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, req provider.CreateRequest) (provider.Instance, error) {
@@ -395,6 +419,9 @@ func (r *ProxyReconciler) writeStatus(ctx context.Context, before, px *egressv1.
 func (r *ProxyReconciler) forget(k types.NamespacedName) {
 	r.transientBackoff.Forget(k)
 	r.quotaBackoff.Forget(k)
+	r.latchMu.Lock()
+	delete(r.latches, k)
+	r.latchMu.Unlock()
 }
 
 func key(px *egressv1.Proxy) types.NamespacedName {

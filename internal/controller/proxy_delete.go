@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,10 +46,19 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 		// its UID on no Proxy.
 		return ctrl.Result{}, true
 	}
+	if px.Annotations[egressv1.AnnotationForceRelease] == "true" {
+		// The user gave up on the backend (a provider gone for good): the
+		// instances are abandoned, and the event says which.
+		logr.FromContextOrDiscard(ctx).Info("force-released: the backend instances are abandoned", "instances", ids)
+		r.event(px, "Warning", "ForceReleased", "Delete",
+			"deletion finished without deleting instance(s) %s on provider %q (annotation %s); remove them by hand if they still exist",
+			strings.Join(ids, ", "), px.Spec.Provider, egressv1.AnnotationForceRelease)
+		return ctrl.Result{}, true
+	}
 	entry, err := r.Providers.Get(px.Spec.Provider)
 	if err != nil {
 		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonProviderNotFound,
-			fmt.Sprintf("cannot delete instance %s: spec.provider %q names no entry in the providers config; add it back to finish the deletion", ids[0], px.Spec.Provider))
+			fmt.Sprintf("cannot delete instance %s: spec.provider %q names no entry in the providers config; add it back, or set the annotation %s=true to abandon the instance", ids[0], px.Spec.Provider, egressv1.AnnotationForceRelease))
 		return ctrl.Result{}, false
 	}
 	ctx = logr.NewContext(ctx, logr.FromContextOrDiscard(ctx).WithValues("provider", entry.Name))

@@ -5,6 +5,8 @@
 package registry
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,6 +67,9 @@ type Entry struct {
 	Checker provider.Checker
 	// PollInterval comes from the type.
 	PollInterval time.Duration
+	// Revision changes whenever the entry is rebuilt with other settings,
+	// so a failure latched on one configuration is retried on the next.
+	Revision string
 
 	raw    string // the entry's settings, to tell a changed entry on reload
 	closer io.Closer
@@ -156,6 +161,7 @@ func (r *Registry) Apply(entries []config.Entry) error {
 			return fmt.Errorf("%s: %w", p.e.Path, err)
 		}
 		e.raw = string(p.e.Settings)
+		e.Revision = revision(p.e.Type, e.raw)
 		built = append(built, e)
 		next[p.e.Name] = e
 	}
@@ -223,6 +229,11 @@ func (r *Registry) build(name, typ string, settings any) (*Entry, error) {
 		d(e)
 	}
 	return e, nil
+}
+
+func revision(typ, raw string) string {
+	sum := sha256.Sum256([]byte(typ + "\x00" + raw))
+	return hex.EncodeToString(sum[:8])
 }
 
 func closeEntry(e *Entry) {
