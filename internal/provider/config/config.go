@@ -11,7 +11,6 @@ import (
 	"encoding"
 	"encoding/json"
 	"fmt"
-	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -33,19 +32,6 @@ type Entry struct {
 
 // SettingsPath is the path of the entry's type block.
 func (e Entry) SettingsPath() *field.Path { return e.Path.Child(e.Type) }
-
-// Load reads and parses the file at path; see Parse.
-func Load(path string, types []string) ([]Entry, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("providers config: %w", err)
-	}
-	entries, err := Parse(data, types)
-	if err != nil {
-		return nil, fmt.Errorf("providers config %s: %w", path, err)
-	}
-	return entries, nil
-}
 
 // Parse decodes the file's top level: each entry's name must be a unique
 // DNS-1123 label, its type one of types (the registry's constructor map,

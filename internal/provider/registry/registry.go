@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -109,12 +110,24 @@ func (r *Registry) TypeNames() []string {
 // ReadFile reads and validates the providers config at path, changing
 // nothing: every error in the file is reported, each with its path.
 func (r *Registry) ReadFile(path string) ([]config.Entry, error) {
-	entries, err := config.Load(path, r.TypeNames())
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("providers config: %w", err)
+	}
+	entries, err := parseAndValidate(r, data)
+	if err != nil {
+		return nil, fmt.Errorf("providers config %s: %w", path, err)
+	}
+	return entries, nil
+}
+
+func parseAndValidate(r *Registry, data []byte) ([]config.Entry, error) {
+	entries, err := config.Parse(data, r.TypeNames())
 	if err != nil {
 		return nil, err
 	}
 	if err := r.Validate(entries); err != nil {
-		return nil, fmt.Errorf("providers config %s: %w", path, err)
+		return nil, err
 	}
 	return entries, nil
 }
