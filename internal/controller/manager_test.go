@@ -109,7 +109,7 @@ func TestLocalEndToEnd(t *testing.T) {
 	if err := os.WriteFile(cfgFile, []byte("providers:\n- name: local\n  type: local\n  local:\n    bindCIDR: 127.0.101.0/24\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.LoadFile(cfgFile); err != nil {
+	if err := (&registry.Watcher{Registry: reg, Path: cfgFile}).Load(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Close)

@@ -132,19 +132,6 @@ func parseAndValidate(r *Registry, data []byte) ([]config.Entry, error) {
 	return entries, nil
 }
 
-// LoadFile reads, validates and applies the providers config at path. An
-// invalid file changes nothing.
-func (r *Registry) LoadFile(path string) error {
-	entries, err := r.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := r.Apply(entries); err != nil {
-		return fmt.Errorf("providers config %s: %w", path, err)
-	}
-	return nil
-}
-
 // Apply validates every entry first and then swaps the provider set: entries
 // whose type and settings are unchanged keep their provider (and its
 // connections); changed and new ones are built; removed ones are closed.

@@ -50,8 +50,23 @@ type Watcher struct {
 	applied [sha256.Size]byte
 }
 
-// Start runs until ctx ends; it implements manager.Runnable. The registry
-// must already hold the file's current content (main loads it at start).
+// Load reads the file and applies it: the first load, at start, where an
+// error stops the operator. It records what was applied, so that Start
+// applies only later changes, and never misses one made in between.
+func (w *Watcher) Load() error {
+	data, err := os.ReadFile(w.Path)
+	if err != nil {
+		return fmt.Errorf("providers config: %w", err)
+	}
+	if err := w.apply(data); err != nil {
+		return err
+	}
+	w.applied = sha256.Sum256(data)
+	return nil
+}
+
+// Start runs until ctx ends; it implements manager.Runnable. Load must
+// have succeeded first.
 func (w *Watcher) Start(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("providers-config").WithValues("path", w.Path)
 	if w.Resync == 0 {
@@ -59,9 +74,6 @@ func (w *Watcher) Start(ctx context.Context) error {
 	}
 	if w.Debounce == 0 {
 		w.Debounce = 250 * time.Millisecond
-	}
-	if data, err := os.ReadFile(w.Path); err == nil {
-		w.applied = sha256.Sum256(data)
 	}
 	reloadSuccess.Set(1)
 	reloadTime.SetToCurrentTime()
@@ -145,3 +157,7 @@ func (w *Watcher) apply(data []byte) error {
 	}
 	return nil
 }
+
+// NeedLeaderElection is false: every replica keeps its providers current,
+// so a standby that becomes leader runs the config of the moment.
+func (w *Watcher) NeedLeaderElection() bool { return false }

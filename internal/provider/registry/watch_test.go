@@ -1,8 +1,6 @@
 package registry
 
 import (
-	"crypto/sha256"
-
 	"context"
 	"github.com/go-logr/logr"
 	"os"
@@ -87,13 +85,13 @@ func TestWatcherReloadsOnConfigMapSwap(t *testing.T) {
 	var built []*stub
 	r := New(testTypes(&built), provider.Options{})
 	cm := newConfigMapDir(t, "providers:\n- {name: a, type: plain}\n")
-	if err := r.LoadFile(cm.path); err != nil {
-		t.Fatal(err)
-	}
-	a1, _ := r.Get("a")
 	res := &results{ch: make(chan struct{}, 10)}
 	// A short resync covers a swap that lands before the watch is set up.
 	w := &Watcher{Registry: r, Path: cm.path, Resync: 200 * time.Millisecond, Debounce: 10 * time.Millisecond, OnResult: res.add}
+	if err := w.Load(); err != nil {
+		t.Fatal(err)
+	}
+	a1, _ := r.Get("a")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Start(ctx) }()
@@ -147,12 +145,11 @@ func TestWatcherResyncWithoutEvents(t *testing.T) {
 	if err := os.WriteFile(path, []byte("providers:\n- {name: a, type: plain}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.LoadFile(path); err != nil {
-		t.Fatal(err)
-	}
 	res := &results{ch: make(chan struct{}, 10)}
 	w := &Watcher{Registry: r, Path: path, OnResult: res.add}
-	w.applied = sha256Of(t, path)
+	if err := w.Load(); err != nil {
+		t.Fatal(err)
+	}
 	w.reload(discard())
 	if len(res.errs) != 0 || len(built) != 1 {
 		t.Fatalf("an unchanged file was applied: %d results, %d built", len(res.errs), len(built))
@@ -167,15 +164,6 @@ func TestWatcherResyncWithoutEvents(t *testing.T) {
 	if _, err := r.Get("c"); err != nil {
 		t.Error("resync did not apply the change")
 	}
-}
-
-func sha256Of(t *testing.T, path string) [32]byte {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sha256.Sum256(data)
 }
 
 func discard() logr.Logger { return logr.Discard() }

@@ -1,0 +1,95 @@
+// Package gc is the garbage collector of backend instances: it deletes
+// instances that no Proxy accounts for, so that nothing the operator made
+// leaks, and it never touches anything a Proxy still uses or another
+// installation made.
+//
+// # One pass
+//
+// A pass runs per configured provider, each in its own goroutine, so a
+// provider whose listing fails or hangs delays and stops no other. A pass
+//
+//  1. lists the backend (ListByTag: this installation's marked instances,
+//     read for ID, UID and CreatedAt only), and only then
+//  2. reads every Proxy from the manager's cache, so that the cluster view
+//     is the fresher of the two: an instance listed in step 1 was created
+//     after its Proxy entered the cache (the reconciler works from the same
+//     cache), so its Proxy is seen in step 2.
+//
+// An instance is collected, once it is older than the grace period, when it
+// is
+//
+//   - an orphan: its UID is on no Proxy (the Proxy is gone, or a crash
+//     between Create and the status write left it unrecorded), or
+//   - a duplicate: its UID is a Proxy's whose status.providerID is set and
+//     names another instance, and status.retiringProviderID (the instance a
+//     make-before-break replacement retires) does not name it either. This
+//     holds whatever provider lists it: spec.provider is immutable, so an
+//     instance of the Proxy listed by another provider entry is a stray,
+//     unless it is the recorded one (two entries may share one backend and
+//     then both list it).
+//
+// It is kept, whatever its age, when its Proxy's status.providerID is empty
+// (a Create is in flight and its result is not recorded yet), or when the
+// Proxy's status.observedGeneration is behind metadata.generation: a spec
+// change the reconciler has not finished a pass for, and that pass may be
+// creating the replacement right now.
+//
+// # Age
+//
+// Age is the collector's clock minus the instance's CreatedAt. A zero
+// CreatedAt means "age unknown" (the contract allows it): such an instance
+// is then aged from the first pass of this process that listed it. The
+// first-seen times live in memory, keyed by provider, ID and UID, and are
+// forgotten when a pass no longer lists the instance; a restart or a new
+// leader starts them over. Either way the measured age is never more than
+// the true age, so the error is a later collection, never an earlier one.
+//
+// # Defaults
+//
+// DefaultInterval is 2 minutes (Karpenter's steady cadence): a pass costs
+// one ListByTag per provider and a read of the in-memory cache, and a leaked
+// instance lives at most Grace + Interval.
+//
+// DefaultGrace is 20 minutes, longer than the reconciler's 15-minute
+// provider call timeout on purpose. The Proxy and its UID exist before
+// Create is called, so an orphan needs grace only against cache lag; but a
+// Proxy records an instance's ID only when Create returns, and a blocking VM
+// Create may take the whole call timeout. When an instance was lost or
+// terminated and is being created again, the status still names the old ID
+// during that Create: the new instance looks exactly like a duplicate until
+// then. The same holds for an instance whose UID mark is written after
+// creation: it looks like an orphan. The grace must therefore exceed the
+// call timeout (CheckGrace says so at start); the 5 minutes on top cover the
+// status write, cache propagation and clock skew between the backend that
+// stamps CreatedAt and the operator. 10 minutes would collect a VM still
+// being created. A longer grace only lets a leaked instance live longer.
+//
+// # Dry run, logs, metrics
+//
+// With DryRun the collector logs "would delete" and counts, and deletes
+// nothing. Every deletion is logged at Info with provider, id, uid, reason,
+// age and ageSince (created or firstSeen); nothing else about any instance
+// is logged. An instance deleted (or reported in dry run) is logged and
+// counted once while it stays listed: a Delete that returns early leaves it
+// listed for a while, and the next passes delete it again quietly.
+//
+// The metrics, in controller-runtime's registry:
+//
+//   - egress_proxy_gc_runs_total{provider}: passes, failed ones included
+//   - egress_proxy_gc_list_errors_total{provider}: failed ListByTag calls
+//   - egress_proxy_gc_instances_deleted_total{provider,reason}: deletions,
+//     reason orphan or duplicate
+//   - egress_proxy_gc_instances_would_delete_total{provider,reason}: what a
+//     dry run would have deleted (a counter of its own, so deleted_total
+//     always means deleted)
+//   - egress_proxy_gc_delete_errors_total{provider}: failed Deletes, retried
+//     next pass
+//
+// # Scope
+//
+// The collector trusts its Proxy reader to see every Proxy this
+// installation manages. Two operator deployments in one cluster that watch
+// different namespaces share the default installation ID (the kube-system
+// namespace's UID) and must be given distinct --installation-id values, or
+// each would collect the other's instances as orphans.
+package gc

@@ -1,0 +1,417 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
+)
+
+// Defaults; the package documentation argues for each.
+const (
+	DefaultInterval = 2 * time.Minute
+	DefaultGrace    = 20 * time.Minute
+	// DefaultCallTimeout bounds one ListByTag or Delete, like the
+	// reconciler's provider call timeout: a hung backend holds only its own
+	// provider's pass.
+	DefaultCallTimeout = 15 * time.Minute
+)
+
+// Providers is what the collector needs of the registry: the configured
+// entries, read again at every pass so that a config reload is followed.
+type Providers interface {
+	Entries() []*registry.Entry
+}
+
+// Reason says why an instance is collected; it is the metrics' reason label.
+type Reason string
+
+const (
+	// ReasonOrphan: the instance's UID is on no Proxy.
+	ReasonOrphan Reason = "orphan"
+	// ReasonDuplicate: the instance's Proxy records another instance.
+	ReasonDuplicate Reason = "duplicate"
+)
+
+// Collector deletes the instances no Proxy accounts for; the package
+// documentation has the rules. It is a manager.Runnable that runs on the
+// leader only. Set the fields before Start; zero durations take the
+// defaults.
+type Collector struct {
+	// Reader reads Proxies; main passes the manager's cached client, so a
+	// pass costs the API server nothing.
+	Reader client.Reader
+	// Providers gives the provider entries to collect on.
+	Providers Providers
+	// WaitForCacheSync is the manager cache's: Start runs no pass before it
+	// returned true, since a cache still filling would show live instances
+	// as orphans.
+	WaitForCacheSync func(ctx context.Context) bool
+
+	Interval    time.Duration
+	Grace       time.Duration
+	CallTimeout time.Duration
+	// DryRun logs and counts what would be deleted, and deletes nothing.
+	DryRun bool
+
+	// Clock is the real clock unless a test sets a fake one.
+	Clock clock.WithTicker
+	// Log is ctrl.Log.WithName("gc") unless set.
+	Log logr.Logger
+
+	// afterCollect, when set by a test, sees every CollectOnce result that
+	// Start's loop produced.
+	afterCollect func(map[string]Result)
+
+	once   sync.Once
+	mu     sync.Mutex
+	states map[string]*providerState
+}
+
+var (
+	_ manager.Runnable               = (*Collector)(nil)
+	_ manager.LeaderElectionRunnable = (*Collector)(nil)
+)
+
+// Result is what one pass did on one provider.
+type Result struct {
+	Provider string
+	// Skipped: the previous pass on this provider was still running, so
+	// this one did not start.
+	Skipped bool
+	// Err ended the pass before anything was collected: the listing failed
+	// (counted in list_errors_total) or the Proxies could not be read.
+	Err error
+	// Listed is how many instances ListByTag returned.
+	Listed int
+	// Young is how many instances would be collected but are not older
+	// than the grace period yet.
+	Young int
+	// Actions are the instances deleted, or reported in dry run, this pass.
+	Actions []Action
+}
+
+// Action is one instance the pass collected.
+type Action struct {
+	ID     string
+	UID    string
+	Reason Reason
+	Age    time.Duration
+	// FirstSeen: the instance has no CreatedAt and Age counts from the
+	// first pass that listed it.
+	FirstSeen bool
+	// DryRun: nothing was deleted.
+	DryRun bool
+	// Again: an earlier pass already deleted (or reported) it and the
+	// backend still lists it; it is not logged or counted again.
+	Again bool
+	// Err is the Delete's error; the next pass tries again.
+	Err error
+}
+
+// instKey identifies an instance in the collector's memory. The UID is part
+// of it because some backends reuse IDs (Proxmox VMIDs): a new instance
+// under an old ID must not inherit the old one's first-seen time.
+type instKey struct{ id, uid string }
+
+// providerState is what the collector remembers about one provider. Its
+// maps are touched only by the pass that set running, so they need no lock.
+type providerState struct {
+	running   bool
+	firstSeen map[instKey]time.Time
+	handled   map[instKey]bool
+}
+
+// NeedLeaderElection makes the collector run on the leader only: two
+// replicas collecting at once would race each other's Deletes.
+func (c *Collector) NeedLeaderElection() bool { return true }
+
+// CheckGrace refuses a grace period that does not exceed the provider call
+// timeout: a Proxy records its instance only when Create returns, so a
+// shorter grace could collect an instance that is still being created.
+func CheckGrace(grace, callTimeout time.Duration) error {
+	if grace <= callTimeout {
+		return fmt.Errorf("the garbage collector's grace period (%s) must be longer than the provider call timeout (%s): a Proxy records its instance only when Create returns, and a shorter grace could delete an instance still being created", grace, callTimeout)
+	}
+	return nil
+}
+
+func (c *Collector) defaults() {
+	c.once.Do(func() {
+		if c.Interval <= 0 {
+			c.Interval = DefaultInterval
+		}
+		if c.Grace <= 0 {
+			c.Grace = DefaultGrace
+		}
+		if c.CallTimeout <= 0 {
+			c.CallTimeout = DefaultCallTimeout
+		}
+		if c.Clock == nil {
+			c.Clock = clock.RealClock{}
+		}
+		if c.Log.GetSink() == nil {
+			c.Log = ctrl.Log.WithName("gc")
+		}
+		c.states = map[string]*providerState{}
+	})
+}
+
+// Start waits for the cache, runs a first pass at once, then one every
+// Interval until ctx ends; it returns once every pass it started has ended.
+func (c *Collector) Start(ctx context.Context) error {
+	if c.Reader == nil || c.Providers == nil || c.WaitForCacheSync == nil {
+		return errors.New("gc: Collector needs Reader, Providers and WaitForCacheSync")
+	}
+	c.defaults()
+	c.Log.Info("garbage collector waiting for the cache to sync")
+	if !c.WaitForCacheSync(ctx) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("gc: the Proxy cache did not sync")
+	}
+	c.Log.Info("garbage collector started", "interval", c.Interval, "grace", c.Grace, "dryRun", c.DryRun)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	// Each CollectOnce runs in its own goroutine so that a provider whose
+	// pass hangs only skips its own next passes: the ticks go on for the
+	// others.
+	collect := func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := c.CollectOnce(ctx)
+			if c.afterCollect != nil {
+				c.afterCollect(res)
+			}
+		}()
+	}
+	collect()
+	ticker := c.Clock.NewTicker(c.Interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C():
+			collect()
+		}
+	}
+}
+
+// CollectOnce runs one pass on every configured provider, concurrently, and
+// returns what each did, by provider name. A provider whose previous pass
+// still runs is skipped.
+func (c *Collector) CollectOnce(ctx context.Context) map[string]Result {
+	c.defaults()
+	entries := c.Providers.Entries()
+
+	type job struct {
+		e  *registry.Entry
+		st *providerState
+	}
+	results := make(map[string]Result, len(entries))
+	var jobs []job
+	c.mu.Lock()
+	live := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		live[e.Name] = true
+		st := c.states[e.Name]
+		if st == nil {
+			st = &providerState{firstSeen: map[instKey]time.Time{}, handled: map[instKey]bool{}}
+			c.states[e.Name] = st
+			touchMetrics(e.Name)
+		}
+		if st.running {
+			results[e.Name] = Result{Provider: e.Name, Skipped: true}
+			continue
+		}
+		st.running = true
+		jobs = append(jobs, job{e, st})
+	}
+	for name, st := range c.states {
+		if !live[name] && !st.running {
+			delete(c.states, name)
+			forgetMetrics(name)
+		}
+	}
+	c.mu.Unlock()
+
+	var (
+		wg  sync.WaitGroup
+		rmu sync.Mutex
+	)
+	for _, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := c.pass(ctx, j.e, j.st)
+			c.mu.Lock()
+			j.st.running = false
+			c.mu.Unlock()
+			rmu.Lock()
+			results[j.e.Name] = res
+			rmu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+// pass collects on one provider.
+func (c *Collector) pass(ctx context.Context, e *registry.Entry, st *providerState) (res Result) {
+	res.Provider = e.Name
+	log := c.Log.WithValues("provider", e.Name)
+	ctx = logr.NewContext(ctx, log)
+	runsTotal.WithLabelValues(e.Name).Inc()
+	defer func() {
+		// A provider bug must not take the other providers' passes, or the
+		// reconciler, down with it.
+		if r := recover(); r != nil {
+			res.Err = fmt.Errorf("gc pass panicked: %v", r)
+			log.Error(res.Err, "garbage-collection pass failed")
+		}
+	}()
+
+	// The backend first, the cache second: see the package documentation.
+	listCtx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+	insts, err := e.Provider.ListByTag(listCtx)
+	cancel()
+	if err != nil {
+		listErrorsTotal.WithLabelValues(e.Name).Inc()
+		log.Error(err, "garbage collection: listing instances failed; nothing collected on this provider this pass")
+		res.Err = err
+		return res
+	}
+	proxies := &egressv1.ProxyList{}
+	// Read only, so the cache's objects are not copied.
+	if err := c.Reader.List(ctx, proxies, client.UnsafeDisableDeepCopy); err != nil {
+		log.Error(err, "garbage collection: reading Proxies failed; nothing collected on this provider this pass")
+		res.Err = err
+		return res
+	}
+	byUID := make(map[types.UID]*egressv1.Proxy, len(proxies.Items))
+	for i := range proxies.Items {
+		byUID[proxies.Items[i].UID] = &proxies.Items[i]
+	}
+
+	now := c.Clock.Now()
+	st.observe(insts, now)
+	res.Listed = len(insts)
+	for _, inst := range insts {
+		if ctx.Err() != nil {
+			break
+		}
+		reason, collect := classify(inst, byUID)
+		if !collect {
+			continue
+		}
+		k := instKey{inst.ID, inst.UID}
+		age, firstSeen := now.Sub(inst.CreatedAt), inst.CreatedAt.IsZero()
+		if firstSeen {
+			age = now.Sub(st.firstSeen[k])
+		}
+		if age <= c.Grace {
+			res.Young++
+			continue
+		}
+		act := Action{ID: inst.ID, UID: inst.UID, Reason: reason, Age: age, FirstSeen: firstSeen, DryRun: c.DryRun, Again: st.handled[k]}
+		c.act(ctx, log, e, &act)
+		if act.Err == nil {
+			st.handled[k] = true
+		}
+		res.Actions = append(res.Actions, act)
+	}
+	return res
+}
+
+// act deletes one instance, or reports it in dry run, and logs and counts
+// it the first time.
+func (c *Collector) act(ctx context.Context, log logr.Logger, e *registry.Entry, a *Action) {
+	since := "created"
+	if a.FirstSeen {
+		since = "firstSeen"
+	}
+	kv := []any{"id", a.ID, "uid", a.UID, "reason", string(a.Reason), "age", a.Age.Round(time.Second).String(), "ageSince", since}
+	if a.DryRun {
+		if !a.Again {
+			log.Info("garbage collection (dry run): would delete instance", kv...)
+			wouldDeleteTotal.WithLabelValues(e.Name, string(a.Reason)).Inc()
+		}
+		return
+	}
+	delCtx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+	err := e.Provider.Delete(delCtx, a.ID)
+	cancel()
+	if err != nil && !errors.Is(err, provider.ErrNotFound) {
+		a.Err = err
+		deleteErrorsTotal.WithLabelValues(e.Name).Inc()
+		log.Error(err, "garbage collection: deleting instance failed; trying again next pass", kv...)
+		return
+	}
+	if a.Again {
+		log.V(1).Info("garbage collection: instance still listed after its deletion; deleted again", kv...)
+		return
+	}
+	log.Info("garbage collection: deleted instance", kv...)
+	deletedTotal.WithLabelValues(e.Name, string(a.Reason)).Inc()
+}
+
+// observe records when instances without CreatedAt were first listed and
+// forgets every instance the backend no longer lists.
+func (st *providerState) observe(insts []provider.Instance, now time.Time) {
+	listed := make(map[instKey]bool, len(insts))
+	for _, inst := range insts {
+		k := instKey{inst.ID, inst.UID}
+		listed[k] = true
+		if _, ok := st.firstSeen[k]; !ok && inst.CreatedAt.IsZero() {
+			st.firstSeen[k] = now
+		}
+	}
+	for k := range st.firstSeen {
+		if !listed[k] {
+			delete(st.firstSeen, k)
+		}
+	}
+	for k := range st.handled {
+		if !listed[k] {
+			delete(st.handled, k)
+		}
+	}
+}
+
+// classify says whether an instance is to be collected (once old enough),
+// and why. It is the whole rule set; the package documentation explains it.
+func classify(inst provider.Instance, byUID map[types.UID]*egressv1.Proxy) (Reason, bool) {
+	if inst.ID == "" {
+		return "", false // nothing to delete by; a provider bug
+	}
+	px, ok := byUID[types.UID(inst.UID)]
+	if !ok || inst.UID == "" {
+		return ReasonOrphan, true
+	}
+	st := px.Status
+	switch {
+	case st.ProviderID == "":
+		return "", false // a Create in flight: its result is not recorded yet
+	case px.Generation != st.ObservedGeneration:
+		return "", false // a spec change not yet acted on may be creating a replacement
+	case inst.ID == st.ProviderID, inst.ID == st.RetiringProviderID:
+		return "", false
+	}
+	return ReasonDuplicate, true
+}

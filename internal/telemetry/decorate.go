@@ -1,0 +1,227 @@
+package telemetry
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
+)
+
+// Span attribute keys. Dashboards and queries depend on them: renaming one
+// is a breaking change.
+const (
+	AttrProviderName  = attribute.Key("provider.name")
+	AttrProviderType  = attribute.Key("provider.type")
+	AttrProxyNS       = attribute.Key("proxy.namespace")
+	AttrProxyName     = attribute.Key("proxy.name")
+	AttrProxyUID      = attribute.Key("proxy.uid")
+	AttrInstanceID    = attribute.Key("provider.instance.id")
+	AttrInstanceName  = attribute.Key("provider.instance.name")
+	AttrInstanceState = attribute.Key("provider.instance.state")
+	AttrInstanceCount = attribute.Key("provider.instance.count")
+	AttrCheckHealthy  = attribute.Key("provider.check.healthy")
+	AttrCheckReason   = attribute.Key("provider.check.reason")
+	AttrErrorClass    = attribute.Key("error.class")
+)
+
+// Span names of the provider operations.
+const (
+	SpanCreate = "provider.create"
+	SpanGet    = "provider.get"
+	SpanDelete = "provider.delete"
+	SpanList   = "provider.list"
+	SpanCheck  = "provider.check"
+)
+
+// proxyKey carries the Proxy a provider call is made for.
+type proxyKey struct{}
+
+type proxyID struct{ namespace, name, uid string }
+
+// WithProxy returns ctx naming the Proxy that the provider calls made with
+// it serve, so that their spans carry it. The provider interface has no
+// room for it (Get and Delete take only an ID), hence ctx.
+func WithProxy(ctx context.Context, namespace, name, uid string) context.Context {
+	return context.WithValue(ctx, proxyKey{}, proxyID{namespace, name, uid})
+}
+
+func proxyFrom(ctx context.Context) proxyID {
+	p, _ := ctx.Value(proxyKey{}).(proxyID)
+	return p
+}
+
+// Decorate returns the registry decorator that gives every call of an
+// entry's Provider and Checker one span (a child of the span in ctx, with
+// the span's IDs in ctx's logger) and one count and duration sample in
+// ProviderCalls and ProviderCallDuration. With a no-op tp (tracing off)
+// only the metrics are recorded.
+//
+// The registry takes the entry's io.Closer from the undecorated provider
+// before decorators run, so closing keeps working; code that needs the
+// undecorated provider (tests reaching a fake's knobs) calls Unwrap.
+func Decorate(tp trace.TracerProvider) registry.Decorator {
+	tr := tracerOf(tp)
+	return func(e *registry.Entry) {
+		m := &meter{name: e.Name, typ: e.Type, tracer: tr}
+		e.Provider = &tracedProvider{inner: e.Provider, m: m}
+		if e.Checker != nil {
+			e.Checker = &tracedChecker{inner: e.Checker, m: m}
+		}
+	}
+}
+
+// Unwrap returns the provider a decorator wrapped, or p itself.
+func Unwrap(p provider.Provider) provider.Provider {
+	if t, ok := p.(*tracedProvider); ok {
+		return t.inner
+	}
+	return p
+}
+
+// meter holds one entry's identity and spans and counts its calls.
+type meter struct {
+	name, typ string
+	tracer    trace.Tracer // nil when tracing is off
+}
+
+// call is one provider call in flight.
+type call struct {
+	op    string
+	start time.Time
+	span  trace.Span // nil when tracing is off
+}
+
+// begin starts the call's span and clock. Attributes are only built when
+// tracing is on, so tracing off allocates nothing here. req is set for
+// Create, id for Get and Delete.
+func (m *meter) begin(ctx context.Context, op, spanName, id string, req *provider.CreateRequest) (context.Context, call) {
+	c := call{op: op, start: time.Now()}
+	if m.tracer == nil {
+		return ctx, c
+	}
+	attrs := make([]attribute.KeyValue, 0, 8)
+	attrs = append(attrs, AttrProviderName.String(m.name), AttrProviderType.String(m.typ))
+	px := proxyFrom(ctx)
+	if req != nil {
+		// A Create names its Proxy itself; ctx may not.
+		px.namespace = orElse(px.namespace, req.Namespace)
+		px.name = orElse(px.name, req.ProxyName)
+		px.uid = orElse(px.uid, req.UID)
+		attrs = append(attrs, AttrInstanceName.String(req.Name))
+	}
+	if px.namespace != "" {
+		attrs = append(attrs, AttrProxyNS.String(px.namespace))
+	}
+	if px.name != "" {
+		attrs = append(attrs, AttrProxyName.String(px.name))
+	}
+	if px.uid != "" {
+		attrs = append(attrs, AttrProxyUID.String(px.uid))
+	}
+	if id != "" {
+		attrs = append(attrs, AttrInstanceID.String(id))
+	}
+	ctx, c.span = m.tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	return withLogIDs(ctx, c.span.SpanContext()), c
+}
+
+// orElse returns a unless it is empty.
+func orElse(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// end records the call's outcome. class is provider.ClassName of the error
+// (or ErrorClassUnhealthy); msg is the span status message when failed.
+func (m *meter) end(c call, class string, failed bool, msg string) {
+	ProviderCalls.WithLabelValues(m.name, m.typ, c.op, class).Inc()
+	ProviderCallDuration.WithLabelValues(m.name, m.typ, c.op, class).Observe(time.Since(c.start).Seconds())
+	if c.span == nil {
+		return
+	}
+	c.span.SetAttributes(AttrErrorClass.String(class))
+	if failed {
+		c.span.SetStatus(codes.Error, msg)
+	}
+	c.span.End()
+}
+
+func (m *meter) endErr(c call, err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	m.end(c, provider.ClassName(err), err != nil, msg)
+}
+
+// tracedProvider is a Provider with spans and metrics around each call.
+type tracedProvider struct {
+	inner provider.Provider
+	m     *meter
+}
+
+var _ provider.Provider = (*tracedProvider)(nil)
+
+func (p *tracedProvider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
+	ctx, c := p.m.begin(ctx, provider.OpCreate, SpanCreate, "", &req)
+	inst, err := p.inner.Create(ctx, req)
+	if c.span != nil && err == nil {
+		c.span.SetAttributes(AttrInstanceID.String(inst.ID), AttrInstanceState.String(string(inst.State)))
+	}
+	p.m.endErr(c, err)
+	return inst, err
+}
+
+func (p *tracedProvider) Get(ctx context.Context, id string) (provider.Instance, error) {
+	ctx, c := p.m.begin(ctx, provider.OpGet, SpanGet, id, nil)
+	inst, err := p.inner.Get(ctx, id)
+	if c.span != nil && err == nil {
+		c.span.SetAttributes(AttrInstanceState.String(string(inst.State)))
+	}
+	p.m.endErr(c, err)
+	return inst, err
+}
+
+func (p *tracedProvider) Delete(ctx context.Context, id string) error {
+	ctx, c := p.m.begin(ctx, provider.OpDelete, SpanDelete, id, nil)
+	err := p.inner.Delete(ctx, id)
+	p.m.endErr(c, err)
+	return err
+}
+
+func (p *tracedProvider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
+	ctx, c := p.m.begin(ctx, provider.OpList, SpanList, "", nil)
+	out, err := p.inner.ListByTag(ctx)
+	if c.span != nil && err == nil {
+		c.span.SetAttributes(AttrInstanceCount.Int(len(out)))
+	}
+	p.m.endErr(c, err)
+	return out, err
+}
+
+// tracedChecker is a Checker with a span and metrics around each check.
+type tracedChecker struct {
+	inner provider.Checker
+	m     *meter
+}
+
+func (k *tracedChecker) Check(ctx context.Context) provider.CheckResult {
+	ctx, c := k.m.begin(ctx, provider.OpCheck, SpanCheck, "", nil)
+	r := k.inner.Check(ctx)
+	if c.span != nil {
+		c.span.SetAttributes(AttrCheckHealthy.Bool(r.Healthy), AttrCheckReason.String(r.Reason))
+	}
+	if r.Healthy {
+		k.m.end(c, provider.ClassName(nil), false, "")
+	} else {
+		k.m.end(c, ErrorClassUnhealthy, true, r.Reason+": "+r.Message)
+	}
+	return r
+}
