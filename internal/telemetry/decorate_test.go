@@ -115,13 +115,13 @@ func TestReconcileSpanParentsProviderSpans(t *testing.T) {
 	wantAttrs(t, spanNamed(t, spans, telemetry.SpanCheck), map[string]string{"provider.check.healthy": "true", "provider.check.reason": provider.ReasonHealthy})
 
 	// Log lines: the reconciler's carry the reconcile span, the provider's
-	// their operation span, each ID once, and the values added in between
-	// survive.
-	for _, tc := range []struct{ msg, span string }{
-		{"reconciling", "reconcile Proxy"},
-		{"fake instance read", telemetry.SpanGet},
-		{"fake instances listed", telemetry.SpanList},
-		{"fake delete", telemetry.SpanDelete},
+	// their operation span, each ID once, the values added in between
+	// survive, and the caller is still the line that logged.
+	for _, tc := range []struct{ msg, span, file string }{
+		{"reconciling", "reconcile Proxy", "decorate_test.go"},
+		{"fake instance read", telemetry.SpanGet, "ops.go"},
+		{"fake instances listed", telemetry.SpanList, "ops.go"},
+		{"fake delete", telemetry.SpanDelete, "ops.go"},
 	} {
 		line, raw := logs.find(t, tc.msg)
 		s := spanNamed(t, spans, tc.span)
@@ -134,6 +134,9 @@ func TestReconcileSpanParentsProviderSpans(t *testing.T) {
 		}
 		if line["via"] != "reconciler" {
 			t.Errorf("%q: lost the reconciler's values: %s", tc.msg, raw)
+		}
+		if caller, _ := line["caller"].(map[string]any); caller == nil || caller["file"] != tc.file {
+			t.Errorf("%q: caller %v, want %s", tc.msg, line["caller"], tc.file)
 		}
 	}
 }

@@ -34,7 +34,7 @@ func withLogIDs(ctx context.Context, sc trace.SpanContext) context.Context {
 // a second "spanID" key to the line, and the values added in between (the
 // reconciler's provider=<name>) must survive.
 func withSpanIDs(l logr.Logger, sc trace.SpanContext) logr.Logger {
-	s := &spanSink{traceID: sc.TraceID().String(), spanID: sc.SpanID().String()}
+	s := &spanSink{sc: sc}
 	switch inner := l.GetSink().(type) {
 	case *spanSink:
 		s.inner = inner.inner // already one frame deeper
@@ -48,10 +48,12 @@ func withSpanIDs(l logr.Logger, sc trace.SpanContext) logr.Logger {
 	return l.WithSink(s)
 }
 
-// spanSink adds the span's IDs to every line of the sink it wraps.
+// spanSink adds the span's IDs to every line of the sink it wraps. The IDs
+// are formatted per line written, not per span: most provider calls write
+// no line at the production verbosity.
 type spanSink struct {
-	inner           logr.LogSink
-	traceID, spanID string
+	inner logr.LogSink
+	sc    trace.SpanContext
 }
 
 var (
@@ -75,15 +77,15 @@ func (s *spanSink) Error(err error, msg string, kv ...any) {
 func (s *spanSink) ids(kv []any) []any {
 	out := make([]any, 0, len(kv)+4)
 	out = append(out, kv...)
-	return append(out, LogKeyTraceID, s.traceID, LogKeySpanID, s.spanID)
+	return append(out, LogKeyTraceID, s.sc.TraceID().String(), LogKeySpanID, s.sc.SpanID().String())
 }
 
 func (s *spanSink) WithValues(kv ...any) logr.LogSink {
-	return &spanSink{inner: s.inner.WithValues(kv...), traceID: s.traceID, spanID: s.spanID}
+	return &spanSink{inner: s.inner.WithValues(kv...), sc: s.sc}
 }
 
 func (s *spanSink) WithName(name string) logr.LogSink {
-	return &spanSink{inner: s.inner.WithName(name), traceID: s.traceID, spanID: s.spanID}
+	return &spanSink{inner: s.inner.WithName(name), sc: s.sc}
 }
 
 func (s *spanSink) WithCallDepth(depth int) logr.LogSink {
@@ -91,7 +93,7 @@ func (s *spanSink) WithCallDepth(depth int) logr.LogSink {
 	if !ok {
 		return s
 	}
-	return &spanSink{inner: cd.WithCallDepth(depth), traceID: s.traceID, spanID: s.spanID}
+	return &spanSink{inner: cd.WithCallDepth(depth), sc: s.sc}
 }
 
 func (s *spanSink) GetCallStackHelper() func() {
