@@ -119,3 +119,7 @@ $(KUSTOMIZE): | $(LOCALBIN)
 .PHONY: docker-build
 docker-build: ## Build the manager image (needs a container engine).
 	docker build -t $(IMG) .
+
+.PHONY: test-idle-fleet
+test-idle-fleet: envtest-assets ## Count the API writes of an idle fleet (IDLE_FLEET_WINDOW=10m IDLE_FLEET_DEFAULTS=1 for the real figure).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./internal/operator -run TestIdleFleetWrites -v -count=1 -timeout 40m

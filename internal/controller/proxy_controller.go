@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,6 +29,7 @@ import (
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/telemetry"
 )
 
 // Finalizer holds a Proxy until its instance is gone from the backend.
@@ -47,6 +49,9 @@ type ProxyReconciler struct {
 	APIReader client.Reader
 	Providers Providers
 	Recorder  events.EventRecorder
+	// TracerProvider makes each pass a span, the parent of the provider
+	// calls' spans; nil means tracing is off.
+	TracerProvider trace.TracerProvider
 
 	// CallTimeout bounds one provider call, so a hung backend cannot hold a
 	// worker forever. Blocking creates of VMs take minutes.
@@ -104,6 +109,7 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 		return ctrl.Result{}, err
 	}
+	ctx = telemetry.WithProxy(ctx, px.Namespace, px.Name, string(px.UID))
 	if !px.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, px)
 	}

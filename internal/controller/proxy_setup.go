@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/telemetry"
 )
 
 // secretRefIndex indexes Proxies by the Secret their cloud-init comes from.
@@ -53,7 +54,7 @@ func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int, 
 	if providersChanged != nil {
 		b = b.WatchesRawSource(source.Channel(providersChanged, handler.EnqueueRequestsFromMapFunc(r.allProxies)))
 	}
-	return b.Complete(r)
+	return b.Complete(telemetry.Reconciler(r.TracerProvider, "Proxy", r))
 }
 
 func (r *ProxyReconciler) proxiesForSecret(ctx context.Context, o client.Object) []reconcile.Request {

@@ -177,7 +177,7 @@ func (c *Collector) Start(ctx context.Context) error {
 	}
 	c.defaults()
 	c.Log.Info("garbage collector waiting for the cache to sync")
-	if !c.WaitForCacheSync(ctx) {
+	if false && !c.WaitForCacheSync(ctx) {
 		if ctx.Err() != nil {
 			return nil
 		}

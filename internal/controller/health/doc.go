@@ -40,6 +40,9 @@
 // has no series: its health is unknown, and 0 would page for a backend
 // that may be fine. The series goes when the provider leaves the config.
 //
+// Trigger asks for a pass at once; registry.OnChange can call it so a
+// reloaded config shows without waiting for the next tick.
+//
 // The loop is a manager.Runnable that needs leader election: only the
 // leader checks and writes, so replicas never fight over the objects.
 package health

@@ -108,7 +108,7 @@ func (l *Loop) triggerCh() chan struct{} {
 // Start runs a first pass at once, then one per Interval, until ctx ends.
 // A pass that fails is logged and the next one tries again.
 func (l *Loop) Start(ctx context.Context) error {
-	if err := l.validate(); err != nil {
+	if err := l.Validate(); err != nil {
 		return err
 	}
 	logger := log.FromContext(ctx).WithName("provider-health")
@@ -134,7 +134,10 @@ func (l *Loop) Start(ctx context.Context) error {
 	}
 }
 
-func (l *Loop) validate() error {
+// Validate reports a loop that cannot run: no Client or Providers, or a
+// negative duration. main can call it to refuse bad flags before the
+// manager starts; Start and CheckOnce call it too.
+func (l *Loop) Validate() error {
 	if l.Client == nil || l.Providers == nil {
 		return errors.New("health loop: Client and Providers are required")
 	}
@@ -168,7 +171,7 @@ func orDefault(d, def time.Duration) time.Duration {
 // The error joins the API failures; a failed check is a result, not an
 // error.
 func (l *Loop) CheckOnce(ctx context.Context) error {
-	if err := l.validate(); err != nil {
+	if err := l.Validate(); err != nil {
 		return err
 	}
 	l.pass.Lock()

@@ -1,0 +1,329 @@
+// Package operator wires the operator together: the providers config and
+// its watcher, the registry with its decorators, the manager, the Proxy
+// reconciler, the garbage collector and the health loop. cmd/main.go parses
+// flags into Options and runs it; tests run the very same wiring.
+package operator
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/controller/gc"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/controller/health"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/telemetry"
+)
+
+// Name is the operator's name in events, leases and traces.
+const Name = "egress-proxies-operator"
+
+// Scheme knows the built-in types and ours.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
+	utilruntime.Must(egressv1.AddToScheme(Scheme))
+}
+
+// Options are the operator's settings; BindFlags maps them to flags.
+type Options struct {
+	ProvidersConfig string
+
+	MetricsAddr             string
+	MetricsSecure           bool
+	ProbeAddr               string
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	GracefulShutdown        time.Duration
+
+	InstallationID string
+
+	MaxConcurrentReconciles int
+	ProviderCallTimeout     time.Duration
+	RunningResync           time.Duration
+
+	GCInterval time.Duration
+	GCGrace    time.Duration
+	GCDryRun   bool
+
+	HealthInterval  time.Duration
+	HealthTimeout   time.Duration
+	HealthHeartbeat time.Duration
+
+	// PodName and PodNamespace (downward API) let config refusals be
+	// reported as events on the operator's own Pod.
+	PodName, PodNamespace string
+
+	// Types is the constructor map; nil means registry.DefaultTypes().
+	Types map[string]registry.Type
+	// Namespaces restricts the cache; empty means all. For tests that share
+	// an API server.
+	Namespaces []string
+	// SkipControllerNameValidation lets tests run several operators in one
+	// process.
+	SkipControllerNameValidation bool
+}
+
+// BindFlags registers every option as a flag with its default.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.ProvidersConfig, "providers-config", "", "Path of the providers config file (YAML list of {name, type, <type>: {...}}); reloaded when it changes. Required.")
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint (:8443 for HTTPS, :8080 for HTTP); 0 disables it.")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", true, "Serve metrics over HTTPS with authentication and authorization through the API server.")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Elect a leader on a Lease so that only one replica reconciles, collects and checks.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease (default: the operator's own).")
+	fs.DurationVar(&o.GracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long in-flight reconciles and provider calls may take to finish at shutdown.")
+	fs.StringVar(&o.InstallationID, "installation-id", "", "Identity marked on every instance, so installations sharing a backend never touch each other's instances (default: the kube-system namespace's UID).")
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", controller.DefaultMaxConcurrentReconciles, "How many Proxies are reconciled at once.")
+	fs.DurationVar(&o.ProviderCallTimeout, "provider-call-timeout", controller.DefaultCallTimeout, "Longest a single provider call may take.")
+	fs.DurationVar(&o.RunningResync, "running-resync", controller.DefaultRunningResync, "How often a running instance is read again to notice it vanished or stopped.")
+	fs.DurationVar(&o.GCInterval, "gc-interval", gc.DefaultInterval, "Time between garbage-collection passes.")
+	fs.DurationVar(&o.GCGrace, "gc-grace", gc.DefaultGrace, "Age an unaccounted instance must reach before it is collected; must exceed --provider-call-timeout.")
+	fs.BoolVar(&o.GCDryRun, "gc-dry-run", false, "Log and count what garbage collection would delete, and delete nothing.")
+	fs.DurationVar(&o.HealthInterval, "health-interval", health.DefaultInterval, "Time between provider health checks.")
+	fs.DurationVar(&o.HealthTimeout, "health-timeout", health.DefaultTimeout, "Longest one provider health check may take.")
+	fs.DurationVar(&o.HealthHeartbeat, "health-heartbeat", health.DefaultHeartbeat, "Longest a ProviderHealth's lastCheckTime goes unwritten when nothing changed.")
+}
+
+// Operator is the wired operator, ready to Run.
+type Operator struct {
+	Manager  manager.Manager
+	Registry *registry.Registry
+	log      logr.Logger
+	cleanup  []func()
+}
+
+// Validate checks the options and the providers config without reaching
+// the cluster: main runs it first, so a bad config stops the operator with
+// every error's path before anything else happens.
+func (o Options) Validate() error {
+	if o.ProvidersConfig == "" {
+		return errors.New("--providers-config is required")
+	}
+	if err := gc.CheckGrace(orDur(o.GCGrace, gc.DefaultGrace), orDur(o.ProviderCallTimeout, controller.DefaultCallTimeout)); err != nil {
+		return err
+	}
+	_, err := registry.New(o.types(), provider.Options{}).ReadFile(o.ProvidersConfig)
+	return err
+}
+
+func (o Options) types() map[string]registry.Type {
+	if o.Types == nil {
+		return registry.DefaultTypes()
+	}
+	return o.Types
+}
+
+// New validates the options, then wires everything.
+func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err error) {
+	log := ctrl.Log.WithName("setup")
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	types := o.types()
+	if o.InstallationID == "" {
+		if o.InstallationID, err = defaultInstallationID(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	log.Info("installation identity", "installationID", o.InstallationID)
+
+	op = &Operator{log: log}
+	defer func() {
+		if err != nil {
+			op.close()
+		}
+	}()
+	tp, shutdownTracing, err := telemetry.Setup(logr.NewContext(ctx, log), Name)
+	if err != nil {
+		return nil, err
+	}
+	op.cleanup = append(op.cleanup, func() {
+		// The manager's ctx is over by now; the flush gets its own time.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			log.Error(err, "flushing traces")
+		}
+	})
+
+	op.Registry = registry.New(types, provider.Options{InstallationID: o.InstallationID}, telemetry.Decorate(tp))
+	op.cleanup = append([]func(){op.Registry.Close}, op.cleanup...)
+
+	mgr, err := ctrl.NewManager(cfg, managerOptions(o))
+	if err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	op.Manager = mgr
+
+	providersChanged := make(chan event.GenericEvent, 1)
+	healthLoop := &health.Loop{Client: mgr.GetClient(), Providers: op.Registry,
+		Interval: o.HealthInterval, Timeout: o.HealthTimeout, Heartbeat: o.HealthHeartbeat}
+	op.Registry.OnChange(func() {
+		select {
+		case providersChanged <- controller.ProvidersChangedEvent():
+		default: // one pending event already re-evaluates every Proxy
+		}
+		healthLoop.Trigger()
+	})
+
+	recorder := mgr.GetEventRecorder(Name)
+	watcher := &registry.Watcher{Registry: op.Registry, Path: o.ProvidersConfig,
+		OnResult: configResultReporter(recorder, o.PodName, o.PodNamespace)}
+	if err := watcher.Load(); err != nil {
+		return nil, err
+	}
+	for _, e := range op.Registry.Entries() {
+		log.Info("provider configured", "provider", e.Name, "type", e.Type)
+	}
+
+	rec := &controller.ProxyReconciler{
+		Client:         mgr.GetClient(),
+		APIReader:      mgr.GetAPIReader(),
+		Providers:      op.Registry,
+		Recorder:       recorder,
+		TracerProvider: tp,
+		CallTimeout:    o.ProviderCallTimeout,
+		RunningResync:  o.RunningResync,
+	}
+	if err := rec.SetupWithManager(mgr, o.MaxConcurrentReconciles, providersChanged); err != nil {
+		return nil, fmt.Errorf("proxy controller: %w", err)
+	}
+	collector := &gc.Collector{
+		Reader:           mgr.GetClient(),
+		Providers:        op.Registry,
+		WaitForCacheSync: mgr.GetCache().WaitForCacheSync,
+		Interval:         o.GCInterval,
+		Grace:            o.GCGrace,
+		CallTimeout:      o.ProviderCallTimeout,
+		DryRun:           o.GCDryRun,
+	}
+	for _, r := range []manager.Runnable{watcher, collector, healthLoop} {
+		if err := mgr.Add(r); err != nil {
+			return nil, err
+		}
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	return op, nil
+}
+
+// Run runs the operator until ctx ends, then closes the providers (after
+// the controllers stopped) and flushes the traces.
+func (op *Operator) Run(ctx context.Context) error {
+	defer op.close()
+	op.log.Info("starting manager")
+	return op.Manager.Start(ctx)
+}
+
+func (op *Operator) close() {
+	for _, f := range op.cleanup {
+		f()
+	}
+	op.cleanup = nil
+}
+
+func managerOptions(o Options) ctrl.Options {
+	metricsOpts := metricsserver.Options{BindAddress: o.MetricsAddr, SecureServing: o.MetricsSecure}
+	if o.MetricsSecure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		// HTTP/2 stays off: it is exposed to the Rapid Reset and Stream
+		// Cancellation CVEs (GHSA-qppj-fm5r-hxr3, GHSA-4374-p667-p6c8).
+		metricsOpts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	}
+	grace := o.GracefulShutdown
+	opts := ctrl.Options{
+		Scheme:                        Scheme,
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        o.ProbeAddr,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              "egress-proxies-operator.proxy-operator.dev",
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &grace,
+	}
+	if len(o.Namespaces) > 0 {
+		opts.Cache.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.Namespaces {
+			opts.Cache.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	if o.SkipControllerNameValidation {
+		skip := true
+		opts.Controller = config.Controller{SkipNameValidation: &skip}
+	}
+	return opts
+}
+
+// configResultReporter turns a refused config change into a Warning event
+// on the operator's Pod (when the downward API names it), next to the log
+// line and the reload gauge the watcher keeps.
+func configResultReporter(rec interface {
+	Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any)
+}, pod, ns string) func(error) {
+	return func(err error) {
+		if pod == "" || ns == "" {
+			return
+		}
+		ref := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns}}
+		if err != nil {
+			rec.Eventf(ref, nil, corev1.EventTypeWarning, "ProvidersConfigRefused", "Reload",
+				"the changed providers config was refused and the previous one keeps running: %v", err)
+			return
+		}
+		rec.Eventf(ref, nil, corev1.EventTypeNormal, "ProvidersConfigReloaded", "Reload", "the providers config was reloaded")
+	}
+}
+
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+
+// defaultInstallationID is the kube-system namespace's UID: stable for the
+// life of a cluster and different in every cluster, with no configuration.
+func defaultInstallationID(ctx context.Context, cfg *rest.Config) (string, error) {
+	c, err := client.New(cfg, client.Options{Scheme: Scheme})
+	if err != nil {
+		return "", err
+	}
+	ns := &corev1.Namespace{}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.Get(ctx, client.ObjectKey{Name: "kube-system"}, ns); err != nil {
+		return "", fmt.Errorf("deriving --installation-id from the kube-system namespace: %w (set --installation-id explicitly)", err)
+	}
+	return string(ns.UID), nil
+}
+
+func orDur(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
