@@ -22,7 +22,9 @@ type ProviderHealthStatus struct {
 	// Details holds what the check learned: versions, free capacity.
 	// +optional
 	Details map[string]string `json:"details,omitempty"`
-	// LastCheckTime is when the provider was last checked.
+	// LastCheckTime is when a check last confirmed this status. It is
+	// written when the status changes and at least every heartbeat (5 min
+	// by default) otherwise, so an older one means nobody is checking.
 	// +optional
 	LastCheckTime *metav1.Time `json:"lastCheckTime,omitempty"`
 	// Conditions: Healthy, with a reason from the provider's list.

@@ -222,6 +222,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 		CallTimeout:      o.ProviderCallTimeout,
 		DryRun:           o.GCDryRun,
 	}
+	if err := healthLoop.Validate(); err != nil {
+		return nil, fmt.Errorf("health loop: %w", err)
+	}
 	for _, r := range []manager.Runnable{watcher, collector, healthLoop} {
 		if err := mgr.Add(r); err != nil {
 			return nil, err

@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
@@ -22,6 +24,7 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.Discard())
 	var err error
 	if env, err = testenv.New(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -41,12 +41,15 @@ type Providers interface {
 	Entries() []*registry.Entry
 }
 
+// RBAC markers stand apart from the type: controller-gen reads them as
+// package markers only outside a declaration's doc comment.
+
+// +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=providerhealths,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=providerhealths/status,verbs=get;update;patch
+
 // Loop checks every configured provider each Interval and publishes the
 // results as ProviderHealth objects. The zero values of Interval, Timeout,
 // Heartbeat and Clock mean the defaults.
-//
-// +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=providerhealths,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=providerhealths/status,verbs=get;update;patch
 type Loop struct {
 	// Client reads and writes ProviderHealth objects. The manager's cached
 	// client makes the unchanged passes free of API requests.
