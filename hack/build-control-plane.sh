@@ -40,13 +40,17 @@ done
 if [ ! -x "$dest/kube-apiserver" ]; then
   echo "building kube-apiserver $k8s into $dest (10-30 min on a cold 2-core machine)"
   with_progress kube-apiserver go build -C "$kmod" -trimpath -ldflags="$ldflags" -o "$dest/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-  "$dest/kube-apiserver.tmp" --version | grep -qx "Kubernetes $k8s"
+  # Read the whole output first: grep -q closing the pipe early would kill
+  # the writer with SIGPIPE, which pipefail turns into a failed build.
+  got=$("$dest/kube-apiserver.tmp" --version)
+  [ "$got" = "Kubernetes $k8s" ] || { echo "kube-apiserver reports '$got', want 'Kubernetes $k8s'" >&2; exit 1; }
   mv -f "$dest/kube-apiserver.tmp" "$dest/kube-apiserver"
 fi
 if [ ! -x "$dest/etcd" ]; then
   echo "building etcd $etcd into $dest"
   with_progress etcd go build -C "$emod" -trimpath -ldflags="-s -w" -o "$dest/etcd.tmp" go.etcd.io/etcd/server/v3
-  "$dest/etcd.tmp" --version | grep -q "etcd Version: ${etcd#v}"
+  got=$("$dest/etcd.tmp" --version)
+  case "$got" in *"etcd Version: ${etcd#v}"*) ;; *) echo "etcd reports '$got', want ${etcd#v}" >&2; exit 1 ;; esac
   mv -f "$dest/etcd.tmp" "$dest/etcd"
 fi
 if [ "${BUILD_KUBECTL:-0}" = 1 ] && [ ! -x "$dest/kubectl" ]; then
