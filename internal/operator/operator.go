@@ -58,7 +58,10 @@ type Options struct {
 	ProbeAddr               string
 	LeaderElect             bool
 	LeaderElectionNamespace string
-	GracefulShutdown        time.Duration
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election:
+	// the renewals every RetryPeriod are most of an idle operator's writes.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	GracefulShutdown                          time.Duration
 
 	InstallationID string
 
@@ -96,6 +99,9 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Elect a leader on a Lease so that only one replica reconciles, collects and checks.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease (default: the operator's own).")
+	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", 15*time.Second, "How long a standby waits before taking over an unrenewed Lease.")
+	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader retries renewing before it gives up leadership.")
+	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 2*time.Second, "Time between renewals (one API write each) and between a standby's attempts.")
 	fs.DurationVar(&o.GracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long in-flight reconciles and provider calls may take to finish at shutdown.")
 	fs.StringVar(&o.InstallationID, "installation-id", "", "Identity marked on every instance, so installations sharing a backend never touch each other's instances (default: the kube-system namespace's UID).")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", controller.DefaultMaxConcurrentReconciles, "How many Proxies are reconciled at once.")
@@ -272,6 +278,15 @@ func managerOptions(o Options) ctrl.Options {
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &grace,
+	}
+	if o.LeaseDuration > 0 {
+		opts.LeaseDuration = &o.LeaseDuration
+	}
+	if o.RenewDeadline > 0 {
+		opts.RenewDeadline = &o.RenewDeadline
+	}
+	if o.RetryPeriod > 0 {
+		opts.RetryPeriod = &o.RetryPeriod
 	}
 	if len(o.Namespaces) > 0 {
 		opts.Cache.DefaultNamespaces = map[string]cache.Config{}

@@ -95,7 +95,11 @@ func TestLiveProxyInstancesKept(t *testing.T) {
 	w.record(serving, servingID, "")
 
 	// No providerID yet: the Create is in flight (a blocking VM create).
+	// The status is written as after an earlier failed attempt, so that
+	// observedGeneration is current and only the empty providerID keeps
+	// the instance.
 	creating := w.proxy("creating", "live-p")
+	w.record(creating, "", "")
 	creatingID := w.instance(p, creating, "s1")
 
 	// A spec change the reconciler has not recorded a pass for: its
@@ -409,9 +413,20 @@ func TestStartWaitsForCacheSync(t *testing.T) {
 		orphan := w.plant(p, "proxy-gone", "uid-gone")
 		w.clock.Step(grace + time.Second)
 		w.c.WaitForCacheSync = func(context.Context) bool { return false }
-		if err := w.c.Start(context.Background()); err == nil {
-			t.Error("Start returned nil though the cache never synced")
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.c.Start(ctx) }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Error("Start returned nil though the cache never synced")
+			}
+		case <-time.After(30 * time.Second): // a hang guard, not a timing assertion
+			cancel()
+			<-done
+			t.Error("Start did not return though the cache never synced")
 		}
+		cancel()
 		if n := p.Calls(provider.OpList); n != 0 || !exists(p, orphan) {
 			t.Errorf("%d listings before the cache synced; orphan exists %t", n, exists(p, orphan))
 		}
@@ -444,7 +459,11 @@ func TestStartWaitsForCacheSync(t *testing.T) {
 			}
 		}()
 
-		<-waiting
+		select {
+		case <-waiting:
+		case <-time.After(30 * time.Second): // a hang guard
+			t.Fatal("Start never called WaitForCacheSync")
+		}
 		for i := 0; i < 3; i++ {
 			w.clock.Step(w.c.Interval) // ticks, had a ticker been made
 		}
