@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
@@ -171,4 +172,18 @@ func summarize(m map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// reloadRefused reads the reload gauge from controller-runtime's registry.
+func reloadRefused() bool {
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		return false
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "egress_proxy_config_last_reload_successful" && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue() == 0
+		}
+	}
+	return false
 }

@@ -1,0 +1,96 @@
+package operator
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+)
+
+// replaceFile swaps the file's content atomically, as an editor or a
+// config-management tool does.
+func replaceFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), ".providers.yaml.tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConfigReloadEndToEnd: the running operator picks up a provider added
+// to its config file and takes up the Proxy that waited for it; an invalid
+// change is refused and the providers keep running.
+func TestConfigReloadEndToEnd(t *testing.T) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "reload-"}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	path := writeConfig(t, "providers:\n- {name: reload-a, type: local, local: {bindCIDR: 127.0.123.0/24}}\n")
+	op, err := New(ctx, env.Config, Options{
+		ProvidersConfig: path, MetricsAddr: "0", ProbeAddr: "0",
+		InstallationID: "reload-test", Namespaces: []string{ns.Name}, SkipControllerNameValidation: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- op.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	ready := func(name string) func() bool {
+		return func() bool {
+			px := &egressv1.Proxy{}
+			return env.Client.Get(ctx, types.NamespacedName{Namespace: ns.Name, Name: name}, px) == nil &&
+				meta.IsStatusConditionTrue(px.Status.Conditions, egressv1.ConditionReady)
+		}
+	}
+	reason := func(name, want string) func() bool {
+		return func() bool {
+			px := &egressv1.Proxy{}
+			if env.Client.Get(ctx, types.NamespacedName{Namespace: ns.Name, Name: name}, px) != nil {
+				return false
+			}
+			c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady)
+			return c != nil && c.Reason == want
+		}
+	}
+	for _, p := range []struct{ name, provider string }{{"on-a", "reload-a"}, {"on-b", "reload-b"}} {
+		px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: p.name}, Spec: egressv1.ProxySpec{Provider: p.provider}}
+		if err := env.Client.Create(ctx, px); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "on-a Ready", ready("on-a"))
+	eventually(t, "on-b waiting for its provider", reason("on-b", egressv1.ReasonProviderNotFound))
+
+	replaceFile(t, path, "providers:\n- {name: reload-a, type: local, local: {bindCIDR: 127.0.123.0/24}}\n- {name: reload-b, type: local, local: {bindCIDR: 127.0.124.0/24}}\n")
+	eventually(t, "on-b Ready once reload-b is configured", ready("on-b"))
+	a, err := op.Registry.Get("reload-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	replaceFile(t, path, "providers:\n- {name: reload-a, type: local, local: {bindCIDR: 10.0.0.0/24}}\n")
+	eventually(t, "the refusal is recorded", func() bool { return reloadRefused() })
+	if got, err := op.Registry.Get("reload-b"); err != nil || got == nil {
+		t.Fatalf("an invalid change removed reload-b: %v", err)
+	}
+	if got, _ := op.Registry.Get("reload-a"); got != a {
+		t.Error("an invalid change rebuilt reload-a")
+	}
+	if !ready("on-a")() || !ready("on-b")() {
+		t.Error("Proxies lost Ready after a refused change")
+	}
+}
