@@ -236,7 +236,7 @@ func (c *Collector) CollectOnce(ctx context.Context) map[string]Result {
 			c.states[e.Name] = st
 			touchMetrics(e.Name)
 		}
-		if false {
+		if st.running {
 			results[e.Name] = Result{Provider: e.Name, Skipped: true}
 			continue
 		}

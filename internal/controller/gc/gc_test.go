@@ -454,7 +454,7 @@ func TestStartWaitsForCacheSync(t *testing.T) {
 		go func() { done <- w.c.Start(ctx) }()
 		defer func() {
 			cancel()
-			if err := <-done; err != nil {
+			if err := recv(t, done, "Start to return"); err != nil {
 				t.Errorf("Start: %v", err)
 			}
 		}()
@@ -471,12 +471,12 @@ func TestStartWaitsForCacheSync(t *testing.T) {
 			t.Fatalf("%d listings while the cache syncs; orphan exists %t", n, exists(p, orphan))
 		}
 		close(synced)
-		if r := <-passes; len(r["sync-p"].Actions) != 1 || exists(p, orphan) {
+		if r := recv(t, passes, "the first pass"); len(r["sync-p"].Actions) != 1 || exists(p, orphan) {
 			t.Fatalf("first pass: %+v; want the orphan collected", r)
 		}
 		waitFor(t, "the ticker", w.clock.HasWaiters)
 		w.clock.Step(w.c.Interval)
-		if r := <-passes; r["sync-p"].Listed != 0 || r["sync-p"].Err != nil {
+		if r := recv(t, passes, "the second pass"); r["sync-p"].Listed != 0 || r["sync-p"].Err != nil {
 			t.Errorf("second pass: %+v", r)
 		}
 		if n := p.Calls(provider.OpList); n != 2 {
@@ -501,13 +501,14 @@ func TestHungProviderDoesNotDelayOthers(t *testing.T) {
 	passes := make(chan map[string]Result, 10)
 	w.c.afterCollect = func(r map[string]Result) { passes <- r }
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- w.c.Start(ctx) }()
 
 	waitFor(t, "the fine provider's pass to end", func() bool { return !exists(fine, fineOrphan) && w.c.idle("fine-p") })
 	waitFor(t, "the ticker", w.clock.HasWaiters)
 	w.clock.Step(w.c.Interval)
-	r := <-passes // the second CollectOnce; the first still waits for hung-p
+	r := recv(t, passes, "the tick's pass") // the second CollectOnce; the first still waits for hung-p
 	if !r["hung-p"].Skipped || r["fine-p"].Skipped || r["fine-p"].Err != nil {
 		t.Errorf("tick while hung-p hangs: %+v; want hung-p skipped and fine-p run", r)
 	}
@@ -515,14 +516,14 @@ func TestHungProviderDoesNotDelayOthers(t *testing.T) {
 		t.Error("the hung provider's orphan went while its listing hung")
 	}
 	release()
-	if r := <-passes; len(r["hung-p"].Actions) != 1 {
+	if r := recv(t, passes, "the released pass"); len(r["hung-p"].Actions) != 1 {
 		t.Errorf("first pass once released: %+v; want hung-p's orphan collected", r)
 	}
 	if exists(stuck, stuckOrphan) {
 		t.Error("hung-p's orphan survived its pass")
 	}
 	cancel()
-	if err := <-done; err != nil {
+	if err := recv(t, done, "Start to return"); err != nil {
 		t.Errorf("Start: %v", err)
 	}
 }

@@ -49,12 +49,12 @@ func TestUnderManager(t *testing.T) {
 	go func() { done <- mgr.Start(ctx) }()
 	defer func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := recv(t, done, "the manager to stop"); err != nil {
 			t.Errorf("manager: %v", err)
 		}
 	}()
 
-	r := (<-passes)["mgr-p"]
+	r := recv(t, passes, "the first pass")["mgr-p"]
 	if r.Err != nil || r.Listed != 2 || len(r.Actions) != 1 || r.Actions[0].ID != orphan {
 		t.Fatalf("first pass: %+v; want the orphan collected and the live instance kept", r)
 	}

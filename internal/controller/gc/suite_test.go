@@ -264,3 +264,16 @@ func (c *Collector) idle(name string) bool {
 	st := c.states[name]
 	return st != nil && !st.running
 }
+
+// recv takes the next value from ch; the bound only stops a hung test.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	var zero T
+	return zero
+}
