@@ -1,8 +1,6 @@
 package v1alpha1_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,20 +14,7 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	e, err := testenv.New()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "v1alpha1 tests:", err)
-		os.Exit(1)
-	}
-	env = e
-	code := m.Run()
-	if err := e.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "v1alpha1 tests: stop:", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
+	testenv.Main(m, &env)
 }
 
 // newNamespace gives a test its own namespace, so names never collide

@@ -308,3 +308,23 @@ func crdNames(crds []*apiextensionsv1.CustomResourceDefinition) string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// Main runs a package's tests against one control plane shared by all of
+// them: it starts it into *env, runs the tests, stops it and exits. Call it
+// from TestMain.
+func Main(m *testing.M, env **Env) {
+	e, err := New()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*env = e
+	code := m.Run()
+	if err := e.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

@@ -26,20 +26,7 @@ import (
 var env *Env
 
 func TestMain(m *testing.M) {
-	e, err := New()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "testenv:", err)
-		os.Exit(1)
-	}
-	env = e
-	code := m.Run()
-	if err := e.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "testenv: stop:", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
+	Main(m, &env)
 }
 
 func TestServerVersion(t *testing.T) {

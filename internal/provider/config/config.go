@@ -271,3 +271,26 @@ func sortedTypes(types []string) []string {
 	sort.Strings(s)
 	return s
 }
+
+// Settings is what a provider type's config block implements.
+type Settings[C any] interface {
+	*C
+	// Default fills the fields left unset.
+	Default()
+	// Validate checks the filled-in block; errors are under path.
+	Validate(path *field.Path) field.ErrorList
+}
+
+// Decode is the one way a type block is read: strict decoding, then the
+// type's defaults, then its validation. Nil raw gives the defaults.
+func Decode[C any, P Settings[C]](raw json.RawMessage, path *field.Path) (C, field.ErrorList) {
+	var c C
+	if errs := Strict(raw, &c, path); len(errs) > 0 {
+		return c, errs
+	}
+	P(&c).Default()
+	if errs := P(&c).Validate(path); len(errs) > 0 {
+		return c, errs
+	}
+	return c, nil
+}

@@ -123,3 +123,48 @@ func TestStrict(t *testing.T) {
 		})
 	}
 }
+
+type decoded struct {
+	Port int `json:"port"`
+}
+
+func (d *decoded) Default() {
+	if d.Port == 0 {
+		d.Port = 3128
+	}
+}
+
+func (d *decoded) Validate(path *field.Path) field.ErrorList {
+	if d.Port > 65535 {
+		return field.ErrorList{field.Invalid(path.Child("port"), d.Port, "must be at most 65535")}
+	}
+	return nil
+}
+
+func TestDecode(t *testing.T) {
+	p := field.NewPath("providers").Index(0).Child("x")
+	cases := []struct {
+		name, json string
+		want       int
+		wantErr    string
+	}{
+		{"nil gives defaults", "", 3128, ""},
+		{"value kept", `{"port":8080}`, 8080, ""},
+		{"unknown field refused before defaults", `{"prot":1}`, 0, "providers[0].x.prot: Forbidden: unknown field"},
+		{"validated after defaults", `{"port":70000}`, 0, "providers[0].x.port: Invalid value: 70000: must be at most 65535"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, errs := Decode[decoded]([]byte(tc.json), p)
+			if tc.wantErr != "" {
+				if errs == nil || !strings.Contains(errs.ToAggregate().Error(), tc.wantErr) {
+					t.Fatalf("errs = %v, want %q", errs, tc.wantErr)
+				}
+				return
+			}
+			if len(errs) > 0 || got.Port != tc.want {
+				t.Fatalf("Decode = %+v, %v", got, errs)
+			}
+		})
+	}
+}

@@ -67,15 +67,7 @@ func (c *Config) Validate(path *field.Path) field.ErrorList {
 // Parse decodes a `local` block strictly, fills in defaults and validates it.
 // Nil raw gives the default config.
 func Parse(raw json.RawMessage, path *field.Path) (Config, field.ErrorList) {
-	var cfg Config
-	if errs := config.Strict(raw, &cfg, path); len(errs) > 0 {
-		return Config{}, errs
-	}
-	cfg.Default()
-	if errs := cfg.Validate(path); len(errs) > 0 {
-		return Config{}, errs
-	}
-	return cfg, nil
+	return config.Decode[Config](raw, path)
 }
 
 // reserved says whether addr is never given to an instance: the network
