@@ -224,6 +224,9 @@ func (l *Loop) write(ctx context.Context, e *registry.Entry, o outcome, now time
 		// The API server drops a status sent on create: it takes a second
 		// write through /status.
 		if err := l.Client.Create(ctx, ph); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return nil // our cache lags our own create; the next pass writes
+			}
 			return fmt.Errorf("creating ProviderHealth %s: %w", e.Name, err)
 		}
 		created = true
@@ -242,7 +245,8 @@ func (l *Loop) write(ctx context.Context, e *registry.Entry, o outcome, now time
 		}
 	}
 
-	old := ph.Status.DeepCopy()
+	base := ph.DeepCopy()
+	old := &base.Status
 	apply(&ph.Status, e.Type, o, now)
 	changed := !sameStatus(old, &ph.Status)
 	due := old.LastCheckTime == nil || now.Sub(old.LastCheckTime.Time) >= l.heartbeat()
@@ -250,8 +254,9 @@ func (l *Loop) write(ctx context.Context, e *registry.Entry, o outcome, now time
 		return nil
 	}
 	ph.Status.LastCheckTime = &metav1.Time{Time: now}
-	if err := l.Client.Status().Update(ctx, ph); err != nil {
-		// A conflict means our copy was stale; the next pass reads again.
+	// A merge patch, not an update: the cached copy may lag our own last
+	// write, and the patch carries only what this pass decided.
+	if err := l.Client.Status().Patch(ctx, ph, client.MergeFrom(base)); err != nil {
 		return fmt.Errorf("writing ProviderHealth %s status: %w", e.Name, err)
 	}
 	if was := meta.FindStatusCondition(old.Conditions, egressv1.ConditionHealthy); was == nil ||

@@ -341,7 +341,7 @@ func TestIdlePassesWriteOnlyHeartbeats(t *testing.T) {
 	l, fc := newLoop(t, c, &providers{entries: []*registry.Entry{ea, eb}})
 
 	pass(t, l)
-	if got, want := counter.WritesBy(), map[string]int{"POST providerhealths": 2, "PUT providerhealths/status": 2}; !maps.Equal(got, want) {
+	if got, want := counter.WritesBy(), map[string]int{"POST providerhealths": 2, "PATCH providerhealths/status": 2}; !maps.Equal(got, want) {
 		t.Fatalf("first pass wrote %v, want %v", got, want)
 	}
 	counter.Reset()
@@ -360,7 +360,7 @@ func TestIdlePassesWriteOnlyHeartbeats(t *testing.T) {
 			}
 			continue
 		}
-		if len(writes) != 2 || writes[0].Key() != "PUT providerhealths/status" || writes[1].Key() != "PUT providerhealths/status" ||
+		if len(writes) != 2 || writes[0].Key() != "PATCH providerhealths/status" || writes[1].Key() != "PATCH providerhealths/status" ||
 			writes[0].Name == writes[1].Name {
 			t.Fatalf("heartbeat pass %d wrote %v, want one status write for each of %s and %s", i, writes, a, b)
 		}
