@@ -187,7 +187,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	op.Manager = mgr
 
 	providersChanged := make(chan event.GenericEvent, 1)
-	healthLoop := &health.Loop{Client: mgr.GetClient(), Providers: op.Registry,
+	healthLoop := &health.Loop{Client: mgr.GetClient(), Providers: op.Registry, TracerProvider: tp,
 		Interval: o.HealthInterval, Timeout: o.HealthTimeout, Heartbeat: o.HealthHeartbeat}
 	op.Registry.OnChange(func() {
 		select {
@@ -227,6 +227,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 		Grace:            o.GCGrace,
 		CallTimeout:      o.ProviderCallTimeout,
 		DryRun:           o.GCDryRun,
+		TracerProvider:   tp,
 	}
 	if err := healthLoop.Validate(); err != nil {
 		return nil, fmt.Errorf("health loop: %w", err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -17,6 +18,7 @@ import (
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/telemetry"
 )
 
 // Defaults; the package documentation argues for each.
@@ -65,6 +67,8 @@ type Collector struct {
 	CallTimeout time.Duration
 	// DryRun logs and counts what would be deleted, and deletes nothing.
 	DryRun bool
+	// TracerProvider makes each pass a span; nil means tracing is off.
+	TracerProvider trace.TracerProvider
 
 	// Clock is the real clock unless a test sets a fake one.
 	Clock clock.WithTicker
@@ -277,6 +281,10 @@ func (c *Collector) pass(ctx context.Context, e *registry.Entry, st *providerSta
 	res.Provider = e.Name
 	log := c.Log.WithValues("provider", e.Name)
 	ctx = logr.NewContext(ctx, log)
+	// The pass is the parent of its provider.list and provider.delete spans.
+	ctx, span := telemetry.StartSpan(ctx, c.TracerProvider, "gc.collect",
+		telemetry.AttrProviderName.String(e.Name), telemetry.AttrProviderType.String(e.Type))
+	defer span.End()
 	runsTotal.WithLabelValues(e.Name).Inc()
 	defer func() {
 		// A provider bug must not take the other providers' passes, or the

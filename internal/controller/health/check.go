@@ -12,6 +12,7 @@ import (
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/telemetry"
 )
 
 // Reasons the loop itself gives, beside the providers' own.
@@ -97,6 +98,10 @@ func (l *Loop) check(ctx context.Context, e *registry.Entry) outcome {
 	if e.Checker == nil {
 		return notSupported(e)
 	}
+	// The pass is the parent of the provider.check span.
+	ctx, span := telemetry.StartSpan(ctx, l.TracerProvider, "health.check",
+		telemetry.AttrProviderName.String(e.Name), telemetry.AttrProviderType.String(e.Type))
+	defer span.End()
 	timeout := l.timeout()
 	if !l.claim(e) {
 		return timedOut("the previous check has not returned yet; it overran its %s timeout", timeout)

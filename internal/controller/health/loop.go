@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -65,6 +66,8 @@ type Loop struct {
 	// Clock paces the passes and stamps the times written; tests use a
 	// fake one.
 	Clock clock.WithTicker
+	// TracerProvider makes each check a span; nil means tracing is off.
+	TracerProvider trace.TracerProvider
 
 	// pass serialises passes: the ticker's, Trigger's and a test's
 	// CheckOnce. It also guards gauged.
