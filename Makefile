@@ -79,7 +79,7 @@ demo: build envtest-kubectl ## Run the operator end to end on the local provider
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/demo --manager $(LOCALBIN)/manager
 
 .PHONY: demo-check
-demo-check: build envtest-kubectl ## The demo without a terminal: exit 0 only if a fetch through the proxy worked.
+demo-check: build envtest-assets ## The demo without a terminal: exit 0 only if a fetch through the proxy worked.
 	$(GO) build -o $(LOCALBIN)/demo ./hack/demo
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/demo --manager $(LOCALBIN)/manager --check
 
