@@ -222,7 +222,11 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 // running records a serving instance, then retires the one it replaced.
 func (r *ProxyReconciler) running(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, inst provider.Instance) ctrl.Result {
 	px.Status.IP = inst.IP
-	px.Status.Endpoint = net.JoinHostPort(inst.IP, strconv.Itoa(int(createPort(px))))
+	host := inst.Host
+	if host == "" {
+		host = inst.IP
+	}
+	px.Status.Endpoint = net.JoinHostPort(host, strconv.Itoa(int(createPort(px))))
 	px.Status.Phase = egressv1.PhaseRunning
 	r.setReady(px, metav1.ConditionTrue, egressv1.ReasonRunning, "serving at "+px.Status.Endpoint)
 	r.forget(key(px))

@@ -69,8 +69,12 @@ type Instance struct {
 	UID string
 	// State is empty in ListByTag results, where it is not read.
 	State State
-	// IP is the address clients connect to; set when State is Running.
+	// IP is the instance's address; set when State is Running.
 	IP string
+	// Host, when set, is a stable name clients should use instead of IP
+	// (a Service's DNS name for Pods, whose IPs change on replacement).
+	// status.endpoint is Host:port then, and status.ip stays the IP.
+	Host string
 	// CreatedAt is when the backend made the instance; the zero time means
 	// "age unknown", and the garbage collector never treats that as old.
 	CreatedAt time.Time

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/kubernetes"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/local"
 )
 
@@ -10,5 +11,8 @@ func DefaultTypes() map[string]Type {
 	return map[string]Type{
 		// local serves from the operator's own process: ready at once.
 		"local": TypeOf(local.Parse, local.New, local.PollInterval),
+		// kubernetes runs Squid Pods in the operator's cluster: ready in
+		// seconds.
+		"kubernetes": TypeOf(kubernetes.Parse, kubernetes.New, kubernetes.PollInterval),
 	}
 }

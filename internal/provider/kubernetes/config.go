@@ -1,0 +1,130 @@
+package kubernetes
+
+import (
+	"encoding/json"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
+)
+
+// DefaultImage is the Squid image Pods run when the entry names none. The
+// Pod runs `squid` from PATH with its own config file, so any image with
+// Squid 5 or later on PATH and a non-root user works.
+const DefaultImage = "docker.io/ubuntu/squid:6.10-24.10_beta"
+
+// DefaultRunAsUser is the UID Squid runs as: "proxy" in Debian and Ubuntu
+// images. Pod Security "restricted" needs a non-root UID, and a numeric one
+// lets the kubelet verify it without reading the image.
+const DefaultRunAsUser int64 = 13
+
+// Default resources: enough for a small egress proxy with a memory-only
+// cache (cache_mem in the generated config is a fraction of this).
+const (
+	DefaultCPU    = "100m"
+	DefaultMemory = "256Mi"
+)
+
+// Config is the `kubernetes` block of a providers config entry.
+type Config struct {
+	// Namespace runs every instance in this namespace. Empty: each instance
+	// runs in its Proxy's namespace, which is also the only case where the
+	// objects get an OwnerReference to the Proxy (Kubernetes refuses
+	// cross-namespace owners).
+	Namespace string `json:"namespace,omitempty"`
+	// Image is the Squid image.
+	Image string `json:"image,omitempty"`
+	// RunAsUser is the non-root UID Squid runs as.
+	RunAsUser *int64 `json:"runAsUser,omitempty"`
+	// Resources are the Pod's CPU and memory when the Proxy names no
+	// machine type; requests and limits are equal (Guaranteed QoS, and a
+	// ResourceQuota on limits accepts the Pod).
+	Resources MachineType `json:"resources,omitempty"`
+	// MachineTypes is the catalogue placement.machineType picks from.
+	MachineTypes map[string]MachineType `json:"machineTypes,omitempty"`
+}
+
+// MachineType is a CPU and memory size.
+type MachineType struct {
+	CPU    string `json:"cpu,omitempty"`
+	Memory string `json:"memory,omitempty"`
+}
+
+// Default fills in what the config left out.
+func (c *Config) Default() {
+	if c.Image == "" {
+		c.Image = DefaultImage
+	}
+	if c.RunAsUser == nil {
+		u := DefaultRunAsUser
+		c.RunAsUser = &u
+	}
+	if c.Resources.CPU == "" {
+		c.Resources.CPU = DefaultCPU
+	}
+	if c.Resources.Memory == "" {
+		c.Resources.Memory = DefaultMemory
+	}
+}
+
+// Validate checks a defaulted config; every error names its field under path.
+func (c *Config) Validate(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if c.Namespace != "" {
+		for _, msg := range validation.IsDNS1123Label(c.Namespace) {
+			errs = append(errs, field.Invalid(path.Child("namespace"), c.Namespace, msg))
+		}
+	}
+	if c.Image == "" {
+		errs = append(errs, field.Required(path.Child("image"), "a Squid image reference"))
+	}
+	if c.RunAsUser == nil || *c.RunAsUser <= 0 {
+		errs = append(errs, field.Invalid(path.Child("runAsUser"), c.RunAsUser,
+			"must be a UID above 0: Pod Security \"restricted\" forbids root"))
+	}
+	errs = append(errs, c.Resources.validate(path.Child("resources"), true)...)
+	names := make([]string, 0, len(c.MachineTypes))
+	for n := range c.MachineTypes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := path.Child("machineTypes").Key(n)
+		if n == "" {
+			errs = append(errs, field.Invalid(p, n, "a machine type needs a name"))
+		}
+		errs = append(errs, c.MachineTypes[n].validate(p, true)...)
+	}
+	return errs
+}
+
+func (m MachineType) validate(path *field.Path, required bool) field.ErrorList {
+	var errs field.ErrorList
+	for _, f := range []struct{ name, value, example string }{
+		{"cpu", m.CPU, "250m"}, {"memory", m.Memory, "256Mi"},
+	} {
+		p := path.Child(f.name)
+		if f.value == "" {
+			if required {
+				errs = append(errs, field.Required(p, "a Kubernetes quantity such as "+f.example))
+			}
+			continue
+		}
+		q, err := resource.ParseQuantity(f.value)
+		if err != nil {
+			errs = append(errs, field.Invalid(p, f.value, "must be a Kubernetes quantity such as "+f.example))
+		} else if q.Sign() <= 0 {
+			errs = append(errs, field.Invalid(p, f.value, "must be above zero"))
+		}
+	}
+	return errs
+}
+
+// Parse decodes a `kubernetes` block strictly, fills in defaults and
+// validates it. Nil raw gives the default config.
+func Parse(raw json.RawMessage, path *field.Path) (Config, field.ErrorList) {
+	return config.Decode[Config](raw, path)
+}

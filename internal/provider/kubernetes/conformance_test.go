@@ -1,0 +1,175 @@
+package kubernetes
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientset "k8s.io/client-go/kubernetes"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/providertest"
+)
+
+// conformanceNamespace holds the suite's instances; installations keep the
+// cases apart.
+const conformanceNamespace = "conformance"
+
+// TestConformance runs the shared contract suite against a real
+// kube-apiserver, the test playing the kubelet by writing Pod status.
+func TestConformance(t *testing.T) {
+	cs := adminClient(t)
+	ensureNamespace(t, conformanceNamespace, nil)
+	providertest.Run(t, providertest.Harness{
+		Name: testProviderName,
+		New: func(t *testing.T, installation string) (provider.Provider, providertest.Backend) {
+			p := newAPIProvider(t, installation, Config{}, nil)
+			b := &apiBackend{cs: cs, ns: conformanceNamespace, fails: map[string][]error{}, blocks: map[string]chan struct{}{}}
+			p.wireSeam = b.transport
+			return p, b
+		},
+		Request: func(_ *testing.T, proxyName, uid string) provider.CreateRequest {
+			return provider.CreateRequest{
+				Namespace: conformanceNamespace, ProxyName: proxyName, UID: uid, Port: 3128,
+				AllowedSourceRanges: []string{"10.0.0.0/8"},
+			}
+		},
+		WaitRunning: func(ctx context.Context, t *testing.T, p provider.Provider, id string) provider.Instance {
+			return waitRunning(ctx, t, cs, p, id)
+		},
+	})
+}
+
+// apiBackend acts on the API server behind the provider's back, and sits
+// in the provider's transport to fail or hold its calls.
+type apiBackend struct {
+	cs clientset.Interface
+	ns string
+
+	mu     sync.Mutex
+	fails  map[string][]error
+	blocks map[string]chan struct{}
+}
+
+var (
+	_ providertest.Backend   = (*apiBackend)(nil)
+	_ providertest.Inspector = (*apiBackend)(nil)
+)
+
+// transport is the provider's wire seam: a queued failure answers the next
+// request of its operation the way the API server would, a hold keeps it
+// until release or the request's ctx ends.
+func (b *apiBackend) transport(next http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		op := opOfRequest(req)
+		b.mu.Lock()
+		if q := b.fails[op]; op != "" && len(q) > 0 {
+			b.fails[op] = q[1:]
+			b.mu.Unlock()
+			return classResponse(req, q[0]), nil
+		}
+		hold := b.blocks[op]
+		b.mu.Unlock()
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-req.Context().Done():
+				return nil, req.Context().Err()
+			}
+		}
+		return next.RoundTrip(req)
+	})
+}
+
+// Vanish deletes the instance's objects at once, as a human would.
+func (b *apiBackend) Vanish(t *testing.T, id string) {
+	t.Helper()
+	ns, name, err := parseID(id)
+	if err != nil {
+		t.Fatalf("Vanish(%q): %v", id, err)
+	}
+	ctx := context.Background()
+	now := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
+	for _, del := range []func() error{
+		func() error { return b.cs.CoreV1().Pods(ns).Delete(ctx, name, now) },
+		func() error { return b.cs.CoreV1().Services(ns).Delete(ctx, name, now) },
+		func() error { return b.cs.CoreV1().ConfigMaps(ns).Delete(ctx, name, now) },
+	} {
+		if err := del(); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("Vanish(%q): %v", id, err)
+		}
+	}
+	// Unscheduled Pods go at once; wait for the API server to agree.
+	for {
+		_, err := b.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Plant creates a Pod named name with marks as labels (none for nil), as
+// another installation or a human would.
+func (b *apiBackend) Plant(t *testing.T, name string, marks *provider.Marks) {
+	t.Helper()
+	var labels map[string]string
+	if marks != nil {
+		labels = marks.Labels()
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.ns, Labels: labels},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "planted", Image: "planted:1"}}},
+	}
+	if _, err := b.cs.CoreV1().Pods(b.ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("Plant(%q): %v", name, err)
+	}
+}
+
+func (b *apiBackend) FailNext(_ *testing.T, op string, class error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fails[op] = append(b.fails[op], class)
+}
+
+func (b *apiBackend) Block(_ *testing.T, op string) func() {
+	hold := make(chan struct{})
+	b.mu.Lock()
+	b.blocks[op] = hold
+	b.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			if b.blocks[op] == hold {
+				delete(b.blocks, op)
+			}
+			b.mu.Unlock()
+			close(hold)
+		})
+	}
+}
+
+func (b *apiBackend) Inspect(t *testing.T, name string) (*provider.Marks, bool) {
+	t.Helper()
+	pod, err := b.cs.CoreV1().Pods(b.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatalf("Inspect(%q): %v", name, err)
+	}
+	_, managed := pod.Labels[provider.MarkManaged]
+	_, uid := pod.Labels[provider.MarkUID]
+	_, inst := pod.Labels[provider.MarkInstallation]
+	if !managed && !uid && !inst {
+		return nil, true
+	}
+	m := provider.MarksFromLabels(pod.Labels)
+	return &m, true
+}

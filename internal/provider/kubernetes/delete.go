@@ -1,0 +1,88 @@
+package kubernetes
+
+import (
+	"context"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// Delete removes the instance's Pod, Service and ConfigMap and returns once
+// the API server accepted the deletions; the Pod then terminates on its own
+// (Get reads Terminated until it is gone). An object that is gone, or that
+// is not ours, counts as deleted and is left alone.
+func (p *Provider) Delete(ctx context.Context, id string) error {
+	log := p.logger(ctx).WithValues("id", id)
+	deleted, err := p.delete(ctx, id)
+	if err != nil {
+		err = p.wrap(provider.OpDelete, nil, err)
+		outcome(log, provider.OpDelete, err)
+		return err
+	}
+	outcome(log, provider.OpDelete, nil, "deleted", deleted)
+	return nil
+}
+
+// deleter is one kind of the instance's objects, as Delete sees it.
+type deleter struct {
+	kind string
+	get  func(ctx context.Context, name string) (metav1.Object, error)
+	del  func(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
+func (p *Provider) delete(ctx context.Context, id string) ([]string, error) {
+	c, err := p.begin(ctx, provider.OpDelete)
+	if err != nil {
+		return nil, err
+	}
+	ns, name, err := parseID(id)
+	if err != nil {
+		return nil, err
+	}
+	core := c.CoreV1()
+	// The Pod first: it stops serving, and a failure later leaves only
+	// objects a retry (or the owner reference) removes.
+	kinds := []deleter{
+		{"pod", func(ctx context.Context, n string) (metav1.Object, error) {
+			return core.Pods(ns).Get(ctx, n, metav1.GetOptions{})
+		}, core.Pods(ns).Delete},
+		{"service", func(ctx context.Context, n string) (metav1.Object, error) {
+			return core.Services(ns).Get(ctx, n, metav1.GetOptions{})
+		}, core.Services(ns).Delete},
+		{"configmap", func(ctx context.Context, n string) (metav1.Object, error) {
+			return core.ConfigMaps(ns).Get(ctx, n, metav1.GetOptions{})
+		}, core.ConfigMaps(ns).Delete},
+	}
+	var deleted []string
+	for _, k := range kinds {
+		what := k.kind + " " + id
+		obj, err := k.get(ctx, name)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return deleted, classify(err, "reading "+what)
+		}
+		if !p.ours(obj.GetLabels()) {
+			// Never touch what another installation or a human made.
+			p.logger(ctx).V(2).Info("not ours, left alone", "object", what)
+			continue
+		}
+		// The UID precondition deletes exactly what was read: an object
+		// recreated under the name meanwhile is left for its owner.
+		uid := types.UID(obj.GetUID())
+		err = k.del(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		switch {
+		case err == nil:
+			deleted = append(deleted, k.kind)
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			// Gone already, or replaced by someone else's.
+		default:
+			return deleted, classify(err, "deleting "+what)
+		}
+	}
+	return deleted, nil
+}

@@ -1,0 +1,43 @@
+package kubernetes
+
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// Get reads the instance's Pod: Provisioning until it is Running, Ready and
+// has an IP, Terminated once it ended or is being deleted (never Running
+// then). A Pod that is gone, or that lost our mark, is NotFound.
+func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error) {
+	log := p.logger(ctx).WithValues("id", id)
+	inst, err := p.get(ctx, id)
+	if err != nil {
+		err = p.wrap(provider.OpGet, nil, err)
+		outcome(log, provider.OpGet, err)
+		return provider.Instance{}, err
+	}
+	outcome(log, provider.OpGet, nil, "state", inst.State, "ip", inst.IP)
+	return inst, nil
+}
+
+func (p *Provider) get(ctx context.Context, id string) (provider.Instance, error) {
+	c, err := p.begin(ctx, provider.OpGet)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	ns, name, err := parseID(id)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	pod, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return provider.Instance{}, classify(err, "reading pod "+id)
+	}
+	if !p.ours(pod.Labels) {
+		return provider.Instance{}, provider.Errorf(provider.ErrNotFound, "pod %s is not this installation's", id)
+	}
+	return instanceOf(pod), nil
+}

@@ -1,0 +1,331 @@
+package kubernetes
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// The Proxy the objects are owned by; the CreateRequest carries its name,
+// namespace and UID only, so the OwnerReference is built from them.
+const (
+	proxyAPIVersion = "egress.proxy-operator.dev/v1alpha1"
+	proxyKind       = "Proxy"
+)
+
+// Labels besides the marks. labelInstance is the Service's selector, so a
+// Service selects exactly its own Pod.
+const (
+	labelName       = "app.kubernetes.io/name"
+	labelInstance   = "app.kubernetes.io/instance"
+	labelManagedBy  = "app.kubernetes.io/managed-by"
+	labelNameValue  = "egress-proxy"
+	managedByValue  = "egress-proxies-operator"
+	annotationProxy = "egress.proxy-operator.dev/proxy"
+	containerName   = "squid"
+	portName        = "proxy"
+	configVolume    = "squid-conf"
+	zoneLabel       = corev1.LabelTopologyZone
+	regionLabel     = corev1.LabelTopologyRegion
+)
+
+// spec is a validated CreateRequest with what the entry adds: everything
+// the builders need, so they are pure.
+type spec struct {
+	name      string
+	namespace string
+	req       provider.CreateRequest
+	ranges    []netip.Prefix
+	size      MachineType
+}
+
+// resolve validates req against the entry, naming every problem no retry
+// can fix (Permanent).
+func (p *Provider) resolve(req provider.CreateRequest) (spec, error) {
+	s := spec{name: req.Name, namespace: p.namespaceFor(req.Namespace), req: req, size: p.cfg.Resources}
+	var problems []string
+	if req.Name == "" {
+		problems = append(problems, "name is empty")
+	} else if msgs := validation.IsDNS1035Label(req.Name); len(msgs) > 0 {
+		// The name is the Pod's, the Service's (a DNS-1035 label) and the
+		// key of the ID.
+		problems = append(problems, fmt.Sprintf("name %q: %s", req.Name, strings.Join(msgs, "; ")))
+	}
+	if s.namespace == "" {
+		problems = append(problems, "namespace is empty and the entry names none")
+	} else if msgs := validation.IsDNS1123Label(s.namespace); len(msgs) > 0 {
+		problems = append(problems, fmt.Sprintf("namespace %q: %s", s.namespace, strings.Join(msgs, "; ")))
+	}
+	if req.Port < 1 || req.Port > 65535 {
+		problems = append(problems, fmt.Sprintf("port %d is outside 1-65535", req.Port))
+	}
+	for _, r := range req.AllowedSourceRanges {
+		pfx, err := netip.ParsePrefix(strings.TrimSpace(r))
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("allowedSourceRanges entry %q is not a CIDR", r))
+			continue
+		}
+		s.ranges = append(s.ranges, pfx.Masked())
+	}
+	pl := req.Placement
+	if pl.MachineType != "" {
+		mt, ok := p.cfg.MachineTypes[pl.MachineType]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("placement.machineType %q is not in the entry's machineTypes (%s)",
+				pl.MachineType, strings.Join(p.machineTypeNames(), ", ")))
+		}
+		s.size = mt
+	}
+	if pl.Image != "" {
+		// The image is the entry's: a Proxy author must not pick what runs
+		// with the operator's Pod permissions in the target namespace.
+		problems = append(problems, "placement.image is not supported by the kubernetes provider; set image in the provider entry")
+	}
+	for _, kv := range [][2]string{{"placement.zone", pl.Zone}, {"placement.region", pl.Region}} {
+		if kv[1] == "" {
+			continue
+		}
+		if msgs := validation.IsValidLabelValue(kv[1]); len(msgs) > 0 {
+			problems = append(problems, fmt.Sprintf("%s %q: %s", kv[0], kv[1], strings.Join(msgs, "; ")))
+		}
+	}
+	if len(problems) > 0 {
+		return spec{}, provider.Errorf(provider.ErrPermanent, "invalid request: %s", strings.Join(problems, "; "))
+	}
+	return s, nil
+}
+
+func (p *Provider) machineTypeNames() []string {
+	names := make([]string, 0, len(p.cfg.MachineTypes))
+	for n := range p.cfg.MachineTypes {
+		names = append(names, n)
+	}
+	if len(names) == 0 {
+		return []string{"none configured"}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// meta is the ObjectMeta every object of the instance shares: the marks,
+// the instance label and, in the Proxy's own namespace, the OwnerReference.
+func (p *Provider) meta(s spec) metav1.ObjectMeta {
+	labels := provider.Marks{Managed: true, UID: s.req.UID, Installation: p.opts.InstallationID}.Labels()
+	labels[labelName] = labelNameValue
+	labels[labelInstance] = s.name
+	labels[labelManagedBy] = managedByValue
+	m := metav1.ObjectMeta{
+		Name:      s.name,
+		Namespace: s.namespace,
+		Labels:    labels,
+	}
+	if s.req.ProxyName != "" {
+		m.Annotations = map[string]string{annotationProxy: s.req.Namespace + "/" + s.req.ProxyName}
+	}
+	if ref, ok := ownerRef(s); ok {
+		m.OwnerReferences = []metav1.OwnerReference{ref}
+	}
+	return m
+}
+
+// ownerRef makes the Proxy the controller of the objects, so that deleting
+// the Proxy with its finalizer bypassed still removes them. Kubernetes has
+// no cross-namespace owners (the garbage collector would treat the owner as
+// absent and delete the objects at once), so an entry that names another
+// namespace gets none. blockOwnerDeletion stays false: it would need
+// update rights on proxies/finalizers and the reconciler already deletes
+// the instance before it lets the Proxy go.
+func ownerRef(s spec) (metav1.OwnerReference, bool) {
+	if s.req.UID == "" || s.req.ProxyName == "" || s.namespace != s.req.Namespace {
+		return metav1.OwnerReference{}, false
+	}
+	return metav1.OwnerReference{
+		APIVersion:         proxyAPIVersion,
+		Kind:               proxyKind,
+		Name:               s.req.ProxyName,
+		UID:                types.UID(s.req.UID),
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(false),
+	}, true
+}
+
+// buildConfigMap holds the generated squid.conf.
+func (p *Provider) buildConfigMap(s spec) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: p.meta(s),
+		Data:       map[string]string{confFile: squidConf(podSquidParams(s.req.Port, s.ranges))},
+	}
+}
+
+// buildPod is the Squid Pod; it meets Pod Security "restricted".
+func (p *Provider) buildPod(s spec) *corev1.Pod {
+	uid := *p.cfg.RunAsUser
+	port := intstr.FromInt32(s.req.Port)
+	qty := corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse(s.size.CPU),
+		corev1.ResourceMemory: resource.MustParse(s.size.Memory),
+	}
+	scratch := []struct{ name, path string }{
+		{"run", runDir}, {"spool", spoolDir}, {"cache", cacheDir}, {"log", logDir}, {"tmp", tmpDir},
+	}
+	volumes := []corev1.Volume{{
+		Name: configVolume,
+		VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: s.name},
+		}},
+	}}
+	mounts := []corev1.VolumeMount{{Name: configVolume, MountPath: confDir, ReadOnly: true}}
+	for _, v := range scratch {
+		volumes = append(volumes, corev1.Volume{
+			Name:         v.name,
+			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}},
+		})
+		mounts = append(mounts, corev1.VolumeMount{Name: v.name, MountPath: v.path})
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: p.meta(s),
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyAlways,
+			// Squid needs no API access and no other Services' addresses.
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To[int64](15),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To(uid),
+				RunAsGroup:     ptr.To(uid),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Affinity: nodeAffinity(s.req.Placement),
+			Containers: []corev1.Container{{
+				Name:  containerName,
+				Image: p.cfg.Image,
+				// -N: stay in the foreground as the container's process.
+				Command: []string{"squid", "-N", "-f", confDir + "/" + confFile},
+				Ports: []corev1.ContainerPort{{
+					Name: portName, ContainerPort: s.req.Port, Protocol: corev1.ProtocolTCP,
+				}},
+				Resources: corev1.ResourceRequirements{Requests: qty, Limits: qty.DeepCopy()},
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: port}},
+					PeriodSeconds: 5, FailureThreshold: 2,
+				},
+				LivenessProbe: &corev1.Probe{
+					ProbeHandler:        corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: port}},
+					InitialDelaySeconds: 10, PeriodSeconds: 20, FailureThreshold: 3,
+				},
+				SecurityContext: &corev1.SecurityContext{
+					RunAsNonRoot:             ptr.To(true),
+					RunAsUser:                ptr.To(uid),
+					AllowPrivilegeEscalation: ptr.To(false),
+					ReadOnlyRootFilesystem:   ptr.To(true),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+				VolumeMounts: mounts,
+			}},
+			Volumes: volumes,
+		},
+	}
+	return pod
+}
+
+// nodeAffinity pins the Pod to placement's zone and region; nil when
+// placement names neither.
+func nodeAffinity(pl provider.Placement) *corev1.Affinity {
+	var reqs []corev1.NodeSelectorRequirement
+	if pl.Zone != "" {
+		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: zoneLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{pl.Zone}})
+	}
+	if pl.Region != "" {
+		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: regionLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{pl.Region}})
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: reqs}},
+		},
+	}}
+}
+
+// serviceHost is the stable in-cluster name of an instance's Service.
+func serviceHost(name, namespace string) string { return name + "." + namespace + ".svc" }
+
+// buildService gives the Pod the stable name <name>.<namespace>.svc.
+func (p *Provider) buildService(s spec) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: p.meta(s),
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeClusterIP,
+			Selector: map[string]string{
+				labelInstance:        s.name,
+				provider.MarkManaged: provider.MarkManagedValue,
+			},
+			Ports: []corev1.ServicePort{{
+				Name: portName, Protocol: corev1.ProtocolTCP,
+				Port: s.req.Port, TargetPort: intstr.FromString(portName),
+			}},
+		},
+	}
+}
+
+// stateOf maps a Pod to the contract's state. A Pod being deleted is
+// Terminated whatever its phase: it is going away for good, and the
+// reconciler, polling Get after its own Delete, waits for NotFound either
+// way; one deleted behind its back (eviction, kubectl) is deleted and
+// created anew. Running needs the Ready condition and an IP, so a Pod whose
+// Squid does not accept connections yet is still Provisioning.
+func stateOf(pod *corev1.Pod) provider.State {
+	if pod.DeletionTimestamp != nil {
+		return provider.StateTerminated
+	}
+	switch pod.Status.Phase {
+	case corev1.PodRunning:
+		if pod.Status.PodIP != "" && podReady(pod) {
+			return provider.StateRunning
+		}
+		return provider.StateProvisioning
+	case corev1.PodSucceeded, corev1.PodFailed, corev1.PodUnknown:
+		return provider.StateTerminated
+	default: // Pending, or no phase yet
+		return provider.StateProvisioning
+	}
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// instanceOf is the contract's picture of pod; IP only when Running.
+func instanceOf(pod *corev1.Pod) provider.Instance {
+	inst := provider.Instance{
+		ID:        instanceID(pod.Namespace, pod.Name),
+		UID:       pod.Labels[provider.MarkUID],
+		State:     stateOf(pod),
+		CreatedAt: pod.CreationTimestamp.UTC(),
+	}
+	if inst.State == provider.StateRunning {
+		inst.IP = pod.Status.PodIP
+		// The Service keeps this name when the Pod is replaced.
+		inst.Host = serviceHost(pod.Name, pod.Namespace)
+	}
+	return inst
+}
