@@ -19,16 +19,12 @@ import (
 
 // logger is the ctx's logger, named and tagged with the provider.
 func (p *Provider) logger(ctx context.Context) logr.Logger {
-	return logr.FromContextOrDiscard(ctx).WithName(Type).WithValues("provider", p.name)
+	return provider.Logger(ctx, Type, p.name)
 }
 
 // outcome writes the one V(1) line that ends operation op.
 func outcome(log logr.Logger, op string, err error, kv ...any) {
-	if err != nil {
-		log.V(1).Info(op+" failed", append(kv, "class", provider.ClassName(err), "error", err.Error())...)
-		return
-	}
-	log.V(1).Info(op+" done", kv...)
+	provider.LogOutcome(log, op, err, kv...)
 }
 
 // observeTransport wraps the client's transport: one V(1) log line per API
