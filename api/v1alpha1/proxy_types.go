@@ -165,7 +165,8 @@ type ProxyStatus struct {
 	// IP of the instance.
 	// +optional
 	IP string `json:"ip,omitempty"`
-	// Endpoint is host:port for clients.
+	// Endpoint is host:port for clients: the instance's stable name when its
+	// provider has one (a Service name for Pods), else its IP.
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
 	// ObservedGeneration is the generation this status describes.
