@@ -59,7 +59,7 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest (cached; 10-30 min 
 .PHONY: test
 test: manifests generate vet envtest-assets install-test-deps ## Run every test against a real kube-apiserver and etcd (and a real Squid).
 	@echo "control plane for the tests: $$($(ENVTEST_ASSETS)/kube-apiserver --version), $$($(ENVTEST_ASSETS)/etcd --version | head -1)"
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./... -count=1 -timeout 25m
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./... -race -count=1 -timeout 25m
 
 .PHONY: bench
 bench: envtest-assets ## Run the benchmarks.
