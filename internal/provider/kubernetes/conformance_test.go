@@ -3,7 +3,6 @@ package kubernetes
 import (
 	"context"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +28,7 @@ func TestConformance(t *testing.T) {
 		Name: testProviderName,
 		New: func(t *testing.T, installation string) (provider.Provider, providertest.Backend) {
 			p := newAPIProvider(t, installation, Config{}, nil)
-			b := &apiBackend{cs: cs, ns: conformanceNamespace, fails: map[string][]error{}, blocks: map[string]chan struct{}{}}
+			b := &apiBackend{cs: cs, ns: conformanceNamespace}
 			p.wireSeam = b.transport
 			return p, b
 		},
@@ -48,12 +47,9 @@ func TestConformance(t *testing.T) {
 // apiBackend acts on the API server behind the provider's back, and sits
 // in the provider's transport to fail or hold its calls.
 type apiBackend struct {
-	cs clientset.Interface
-	ns string
-
-	mu     sync.Mutex
-	fails  map[string][]error
-	blocks map[string]chan struct{}
+	cs     clientset.Interface
+	ns     string
+	faults providertest.Faults
 }
 
 var (
@@ -67,19 +63,13 @@ var (
 func (b *apiBackend) transport(next http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		op := opOfRequest(req)
-		b.mu.Lock()
-		if q := b.fails[op]; op != "" && len(q) > 0 {
-			b.fails[op] = q[1:]
-			b.mu.Unlock()
-			return classResponse(req, q[0]), nil
-		}
-		hold := b.blocks[op]
-		b.mu.Unlock()
-		if hold != nil {
-			select {
-			case <-hold:
-			case <-req.Context().Done():
-				return nil, req.Context().Err()
+		if op != "" {
+			injected, err := b.faults.Next(req.Context(), op)
+			if err != nil {
+				return nil, err
+			}
+			if injected != nil {
+				return classResponse(req, injected), nil
 			}
 		}
 		return next.RoundTrip(req)
@@ -131,29 +121,9 @@ func (b *apiBackend) Plant(t *testing.T, name string, marks *provider.Marks) {
 	}
 }
 
-func (b *apiBackend) FailNext(_ *testing.T, op string, class error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.fails[op] = append(b.fails[op], class)
-}
+func (b *apiBackend) FailNext(_ *testing.T, op string, class error) { b.faults.FailNext(op, class) }
 
-func (b *apiBackend) Block(_ *testing.T, op string) func() {
-	hold := make(chan struct{})
-	b.mu.Lock()
-	b.blocks[op] = hold
-	b.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			b.mu.Lock()
-			if b.blocks[op] == hold {
-				delete(b.blocks, op)
-			}
-			b.mu.Unlock()
-			close(hold)
-		})
-	}
-}
+func (b *apiBackend) Block(_ *testing.T, op string) func() { return b.faults.Block(op) }
 
 func (b *apiBackend) Inspect(t *testing.T, name string) (*provider.Marks, bool) {
 	t.Helper()

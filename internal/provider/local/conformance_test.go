@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
@@ -26,11 +25,8 @@ func TestConformance(t *testing.T) {
 
 // testBackend acts on the provider's memory and listeners behind its back.
 type testBackend struct {
-	p *Provider
-
-	mu     sync.Mutex
-	fails  map[string][]error
-	blocks map[string]chan struct{}
+	p      *Provider
+	faults providertest.Faults
 }
 
 var (
@@ -41,29 +37,18 @@ var (
 
 // newTestBackend installs the backend as p's fault seam.
 func newTestBackend(p *Provider) *testBackend {
-	b := &testBackend{p: p, fails: map[string][]error{}, blocks: map[string]chan struct{}{}}
+	b := &testBackend{p: p}
 	p.fault = b.fault
 	return b
 }
 
 // fault is the Provider's test seam: a queued failure first, then a hold.
 func (b *testBackend) fault(ctx context.Context, op string) error {
-	b.mu.Lock()
-	if q := b.fails[op]; len(q) > 0 {
-		b.fails[op] = q[1:]
-		b.mu.Unlock()
-		return q[0]
+	injected, err := b.faults.Next(ctx, op)
+	if err != nil {
+		return err
 	}
-	hold := b.blocks[op]
-	b.mu.Unlock()
-	if hold != nil {
-		select {
-		case <-hold:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+	return injected
 }
 
 func (b *testBackend) Vanish(t *testing.T, id string) { stopServer(t, b.p, id, true) }
@@ -77,28 +62,10 @@ func (b *testBackend) Plant(t *testing.T, name string, marks *provider.Marks) {
 // backend API whose errors need mapping, so the seam stands for a failure
 // the provider classified at its source.
 func (b *testBackend) FailNext(_ *testing.T, op string, class error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.fails[op] = append(b.fails[op], provider.Errorf(class, "injected %s failure", op))
+	b.faults.FailNext(op, provider.Errorf(class, "injected %s failure", op))
 }
 
-func (b *testBackend) Block(_ *testing.T, op string) func() {
-	hold := make(chan struct{})
-	b.mu.Lock()
-	b.blocks[op] = hold
-	b.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			b.mu.Lock()
-			if b.blocks[op] == hold {
-				delete(b.blocks, op)
-			}
-			b.mu.Unlock()
-			close(hold)
-		})
-	}
-}
+func (b *testBackend) Block(_ *testing.T, op string) func() { return b.faults.Block(op) }
 
 func (b *testBackend) Inspect(_ *testing.T, name string) (*provider.Marks, bool) {
 	b.p.mu.Lock()
