@@ -3,9 +3,6 @@ package v1alpha1_test
 import (
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -19,11 +16,4 @@ func TestMain(m *testing.M) {
 
 // newNamespace gives a test its own namespace, so names never collide
 // between tests.
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "v1alpha1-"}}
-	if err := env.Client.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
+func newNamespace(t *testing.T) string { return env.Namespace(t, "v1alpha1") }

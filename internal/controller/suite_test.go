@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -64,14 +63,7 @@ func fakeEntry(name string) (*registry.Entry, *fake.Provider) {
 }
 
 // newNamespace makes a namespace for one test.
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
+func newNamespace(t *testing.T) string { return env.Namespace(t, "t") }
 
 // direct is a reconciler driven by the test, one Reconcile call at a time,
 // on an uncached client: deterministic, and still the real API server.

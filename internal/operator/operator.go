@@ -127,14 +127,20 @@ type Operator struct {
 // the cluster: main runs it first, so a bad config stops the operator with
 // every error's path before anything else happens.
 func (o Options) Validate() error {
-	if o.ProvidersConfig == "" {
-		return errors.New("--providers-config is required")
-	}
-	if err := gc.CheckGrace(orDur(o.GCGrace, gc.DefaultGrace), orDur(o.ProviderCallTimeout, controller.DefaultCallTimeout)); err != nil {
+	if err := o.checkFlags(); err != nil {
 		return err
 	}
 	_, err := registry.New(o.types(), provider.Options{}).ReadFile(o.ProvidersConfig)
 	return err
+}
+
+// checkFlags is Validate without reading the providers config, which New
+// leaves to the watcher's first load.
+func (o Options) checkFlags() error {
+	if o.ProvidersConfig == "" {
+		return errors.New("--providers-config is required")
+	}
+	return gc.CheckGrace(orDur(o.GCGrace, gc.DefaultGrace), orDur(o.ProviderCallTimeout, controller.DefaultCallTimeout))
 }
 
 func (o Options) types() map[string]registry.Type {
@@ -144,10 +150,12 @@ func (o Options) types() map[string]registry.Type {
 	return o.Types
 }
 
-// New validates the options, then wires everything.
+// New checks the options and wires everything; the providers config is
+// read once, by the watcher's first load (main runs Validate before it has
+// a cluster config, so a bad file is reported first).
 func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err error) {
 	log := ctrl.Log.WithName("setup")
-	if err := o.Validate(); err != nil {
+	if err := o.checkFlags(); err != nil {
 		return nil, err
 	}
 	types := o.types()

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -67,10 +66,7 @@ func TestIdleFleetWrites(t *testing.T) {
 	window := envDuration(t, "IDLE_FLEET_WINDOW", 12*time.Second)
 	defaults := os.Getenv("IDLE_FLEET_DEFAULTS") != ""
 
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "idle-"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
+	ns := env.Namespace(t, "idle")
 	cfg, counter := testenv.CountingConfig(env.Config)
 	o := Options{
 		ProvidersConfig: writeConfig(t, "providers:\n"+
@@ -79,8 +75,8 @@ func TestIdleFleetWrites(t *testing.T) {
 		MetricsAddr: "0", ProbeAddr: "0",
 		InstallationID:               "idle-fleet",
 		LeaderElect:                  os.Getenv("IDLE_FLEET_LEADER_ELECTION") != "",
-		LeaderElectionNamespace:      ns.Name,
-		Namespaces:                   []string{ns.Name},
+		LeaderElectionNamespace:      ns,
+		Namespaces:                   []string{ns},
 		SkipControllerNameValidation: true,
 	}
 	heartbeat := 4 * time.Second
@@ -106,7 +102,7 @@ func TestIdleFleetWrites(t *testing.T) {
 
 	for i := 0; i < proxies; i++ {
 		px := &egressv1.Proxy{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: fmt.Sprintf("p%03d", i)},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("p%03d", i)},
 			Spec:       egressv1.ProxySpec{Provider: []string{"idle-a", "idle-b"}[i%2]},
 		}
 		if err := env.Client.Create(context.Background(), px); err != nil {
@@ -116,7 +112,7 @@ func TestIdleFleetWrites(t *testing.T) {
 	start := time.Now()
 	for {
 		list := &egressv1.ProxyList{}
-		if err := env.Client.List(context.Background(), list, client.InNamespace(ns.Name)); err != nil {
+		if err := env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
 		}
 		ready := 0

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,10 +29,7 @@ func TestOperatorRunsWithGeneratedRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "rbac-"}}
-	if err := env.Client.Create(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
+	ns := env.Namespace(t, "rbac")
 	user, err := env.Environment.AddUser(envtest.User{Name: "rbac-test-operator"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -49,9 +45,9 @@ func TestOperatorRunsWithGeneratedRBAC(t *testing.T) {
 		Subjects: []rbacv1.Subject{subject}})
 	le := &rbacv1.Role{}
 	readYAML(t, filepath.Join(root, "config/rbac/leader_election_role.yaml"), le)
-	le.Namespace = ns.Name
+	le.Namespace = ns
 	mustCreate(t, le)
-	mustCreate(t, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "rbac-test-le"},
+	mustCreate(t, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rbac-test-le"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: le.Name},
 		Subjects: []rbacv1.Subject{subject}})
 
@@ -59,7 +55,7 @@ func TestOperatorRunsWithGeneratedRBAC(t *testing.T) {
 		ProvidersConfig: writeConfig(t, "providers:\n- {name: rbac-local, type: local, local: {bindCIDR: 127.0.122.0/24}}\n"),
 		MetricsAddr:     "0", ProbeAddr: "0",
 		// No --installation-id: deriving it from kube-system needs its RBAC too.
-		LeaderElect: true, LeaderElectionNamespace: ns.Name,
+		LeaderElect: true, LeaderElectionNamespace: ns,
 		SkipControllerNameValidation: true,
 		HealthInterval:               200 * time.Millisecond,
 	})
@@ -71,14 +67,14 @@ func TestOperatorRunsWithGeneratedRBAC(t *testing.T) {
 	go func() { done <- op.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "web"},
+	px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
 		Spec: egressv1.ProxySpec{Provider: "rbac-local"}}
 	if err := env.Client.Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "Proxy Ready under the generated RBAC", func() bool {
 		got := &egressv1.Proxy{}
-		return env.Client.Get(ctx, types.NamespacedName{Namespace: ns.Name, Name: "web"}, got) == nil &&
+		return env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, got) == nil &&
 			meta.IsStatusConditionTrue(got.Status.Conditions, egressv1.ConditionReady)
 	})
 	eventually(t, "ProviderHealth written under the generated RBAC", func() bool {
@@ -90,7 +86,7 @@ func TestOperatorRunsWithGeneratedRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "Proxy deleted under the generated RBAC", func() bool {
-		return env.Client.Get(ctx, types.NamespacedName{Namespace: ns.Name, Name: "web"}, &egressv1.Proxy{}) != nil
+		return env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, &egressv1.Proxy{}) != nil
 	})
 }
 

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,14 +31,11 @@ func replaceFile(t *testing.T, path, content string) {
 // change is refused and the providers keep running.
 func TestConfigReloadEndToEnd(t *testing.T) {
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "reload-"}}
-	if err := env.Client.Create(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
+	ns := env.Namespace(t, "reload")
 	path := writeConfig(t, "providers:\n- {name: reload-a, type: local, local: {bindCIDR: 127.0.123.0/24}}\n")
 	op, err := New(ctx, env.Config, Options{
 		ProvidersConfig: path, MetricsAddr: "0", ProbeAddr: "0",
-		InstallationID: "reload-test", Namespaces: []string{ns.Name}, SkipControllerNameValidation: true,
+		InstallationID: "reload-test", Namespaces: []string{ns}, SkipControllerNameValidation: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -52,14 +48,14 @@ func TestConfigReloadEndToEnd(t *testing.T) {
 	ready := func(name string) func() bool {
 		return func() bool {
 			px := &egressv1.Proxy{}
-			return env.Client.Get(ctx, types.NamespacedName{Namespace: ns.Name, Name: name}, px) == nil &&
+			return env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, px) == nil &&
 				meta.IsStatusConditionTrue(px.Status.Conditions, egressv1.ConditionReady)
 		}
 	}
 	reason := func(name, want string) func() bool {
 		return func() bool {
 			px := &egressv1.Proxy{}
-			if env.Client.Get(ctx, types.NamespacedName{Namespace: ns.Name, Name: name}, px) != nil {
+			if env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, px) != nil {
 				return false
 			}
 			c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady)
@@ -67,7 +63,7 @@ func TestConfigReloadEndToEnd(t *testing.T) {
 		}
 	}
 	for _, p := range []struct{ name, provider string }{{"on-a", "reload-a"}, {"on-b", "reload-b"}} {
-		px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: p.name}, Spec: egressv1.ProxySpec{Provider: p.provider}}
+		px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: p.name}, Spec: egressv1.ProxySpec{Provider: p.provider}}
 		if err := env.Client.Create(ctx, px); err != nil {
 			t.Fatal(err)
 		}
