@@ -1,0 +1,50 @@
+package testenv
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// EventuallyTimeout bounds every Eventually. It only stops a hung test: no
+// test asserts how long anything took (speed is for benchmarks).
+const EventuallyTimeout = 60 * time.Second
+
+// Eventually polls cond until it returns true and fails the test with what
+// once EventuallyTimeout passed. It is the one poll loop of the test suites.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	EventuallyNil(t, what, func() error {
+		if cond() {
+			return nil
+		}
+		return fmt.Errorf("condition false")
+	})
+}
+
+// EventuallyNil polls cond until it returns nil and fails the test with
+// cond's last error once EventuallyTimeout passed, so a failure says what
+// was still wrong, not only that time ran out.
+func EventuallyNil(t testing.TB, what string, cond func() error) {
+	t.Helper()
+	poll(t, EventuallyTimeout, what, cond)
+}
+
+func poll(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	wait := time.Millisecond
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %s: %v", what, timeout, err)
+		}
+		time.Sleep(wait)
+		if wait < 100*time.Millisecond {
+			wait *= 2 // quick for fast conditions, gentle on a busy API server
+		}
+	}
+}

@@ -1,0 +1,44 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// recorder is a testing.TB that records Fatalf instead of stopping.
+type recorder struct {
+	testing.TB
+	failed string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.failed = fmt.Sprintf(format, args...)
+	panic(r)
+}
+
+func TestEventuallyReturnsOnceTrue(t *testing.T) {
+	n := 0
+	Eventually(t, "third call", func() bool { n++; return n == 3 })
+	if n != 3 {
+		t.Fatalf("cond called %d times, want 3", n)
+	}
+}
+
+func TestEventuallyNilReportsLastError(t *testing.T) {
+	r := &recorder{TB: t}
+	func() {
+		defer func() {
+			if v := recover(); v != nil && v != r {
+				panic(v)
+			}
+		}()
+		poll(r, 20*time.Millisecond, "never", func() error { return errors.New("still broken") })
+	}()
+	if !strings.Contains(r.failed, "still broken") {
+		t.Fatalf("failure message %q does not carry the condition's last error", r.failed)
+	}
+}
