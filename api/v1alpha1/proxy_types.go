@@ -159,9 +159,22 @@ type ProxyStatus struct {
 	// +optional
 	InstanceName string `json:"instanceName,omitempty"`
 	// RetiringProviderID is the instance being replaced: it still serves
-	// until the new one runs, then it is deleted.
+	// at status.endpoint until the new one runs, then it is superseded.
 	// +optional
 	RetiringProviderID string `json:"retiringProviderID,omitempty"`
+	// RetiringInstanceName is the backend name of the retiring instance, so
+	// that a spec reverted during a replacement returns to it instead of
+	// replacing it.
+	// +optional
+	RetiringInstanceName string `json:"retiringInstanceName,omitempty"`
+	// SupersededProviderIDs are instances this Proxy no longer wants (a
+	// replacement overtaken by another spec change, a retired instance once
+	// its successor runs). None of them serves; each is deleted and dropped
+	// from the list once the backend says it is gone.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=set
+	// +optional
+	SupersededProviderIDs []string `json:"supersededProviderIDs,omitempty"`
 	// IP of the instance.
 	// +optional
 	IP string `json:"ip,omitempty"`
@@ -172,11 +185,32 @@ type ProxyStatus struct {
 	// ObservedGeneration is the generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// PermanentFailure, when set, holds back retries after a permanent
+	// failure until what it was seen under changes: the generation, the
+	// instance name (the shape, including the resolved cloud-init), the
+	// provider's configuration revision, or the provider's health turning
+	// Healthy after Time. It lives in the status so that a restart or a
+	// leader change does not retry every latched Proxy at once.
+	// +optional
+	PermanentFailure *PermanentFailure `json:"permanentFailure,omitempty"`
 	// Conditions: Ready, with the reasons listed in docs/api.md.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// PermanentFailure is what a permanent failure was seen under.
+type PermanentFailure struct {
+	// ObservedGeneration is the Proxy's generation at the failure.
+	ObservedGeneration int64 `json:"observedGeneration"`
+	// InstanceName is the instance name the failing request derived.
+	InstanceName string `json:"instanceName"`
+	// ProviderRevision is the revision of the provider entry's settings.
+	// +optional
+	ProviderRevision string `json:"providerRevision,omitempty"`
+	// Time is when the failure was recorded.
+	Time metav1.Time `json:"time"`
 }
 
 // Proxy is an egress HTTP proxy run by one of the operator's providers.

@@ -7,9 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -62,12 +63,6 @@ type ProxyReconciler struct {
 
 	transientBackoff workqueue.TypedRateLimiter[types.NamespacedName]
 	quotaBackoff     workqueue.TypedRateLimiter[types.NamespacedName]
-
-	// latches remembers the provider revision each permanent failure was
-	// seen under: a changed provider configuration releases the latch.
-	// Kept in memory: after a restart every latched Proxy is tried once.
-	latchMu sync.Mutex
-	latches map[types.NamespacedName]string
 }
 
 // Defaults for the reconciler's knobs; main exposes them as flags.
@@ -96,7 +91,8 @@ func (r *ProxyReconciler) init() {
 // +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=proxies,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=proxies/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=proxies/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=providerhealths,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile is one pass over one Proxy.
@@ -140,11 +136,6 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		px.Status.Phase = egressv1.PhasePending
 		return ctrl.Result{}
 	}
-	if r.latched(px, entry) {
-		// A permanent failure is not retried until the spec or the
-		// provider's configuration changes.
-		return ctrl.Result{}
-	}
 	log = log.WithValues("provider", entry.Name)
 	ctx = logr.NewContext(ctx, log)
 
@@ -157,38 +148,42 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		return ctrl.Result{RequeueAfter: r.transientBackoff.When(key(px))}
 	}
 	req := createRequest(px, cloudInit)
+	if r.latched(ctx, px, entry, req.Name) {
+		// A permanent failure is not retried until what it was seen under
+		// changes; the status says what.
+		return ctrl.Result{}
+	}
+	px.Status.PermanentFailure = nil
 
 	// A spec change that reshapes the instance gets a new instance under a
-	// new name; the old one keeps serving until the new one runs.
-	if px.Status.ProviderID != "" && px.Status.InstanceName != req.Name {
-		if px.Status.RetiringProviderID == "" {
-			px.Status.RetiringProviderID = px.Status.ProviderID
-		} else if err := r.deleteInstance(ctx, entry, px.Status.ProviderID); err != nil {
-			// The unfinished replacement is itself replaced; the GC collects
-			// it if this delete does not get through.
-			return r.failed(ctx, entry, px, err)
-		}
-		px.Status.ProviderID, px.Status.InstanceName = "", ""
+	// new name; the serving one keeps serving until the new one runs.
+	rec := reshape(recordOf(&px.Status), req.Name)
+	if len(rec.superseded) > maxSuperseded {
+		// Spec changes faster than the backend deletes: let it catch up
+		// before making yet another instance.
+		r.report(px, egressv1.ReasonProvisioning,
+			fmt.Sprintf("waiting for %d superseded instances to be deleted before creating %s", len(px.Status.SupersededProviderIDs), req.Name))
+		r.deleteSuperseded(ctx, entry, px)
+		return ctrl.Result{RequeueAfter: entry.PollInterval}
 	}
+	rec.store(&px.Status)
+	r.deleteSuperseded(ctx, entry, px)
 
 	var inst provider.Instance
 	if px.Status.ProviderID == "" {
-		if inst, err = r.create(ctx, entry, px, req); err != nil {
-			return r.failed(ctx, entry, px, err)
-		}
+		inst, err = r.create(ctx, entry, px, req)
 	} else {
 		inst, err = r.get(ctx, entry, px.Status.ProviderID)
-		switch {
-		case errors.Is(err, provider.ErrNotFound):
+		if errors.Is(err, provider.ErrNotFound) {
 			r.event(px, corev1.EventTypeWarning, egressv1.ReasonInstanceLost, "Create",
 				"instance %s is gone from provider %q; creating it again", px.Status.ProviderID, entry.Name)
-			px.Status.ProviderID, px.Status.IP, px.Status.Endpoint = "", "", ""
-			if inst, err = r.create(ctx, entry, px, req); err != nil {
-				return r.failed(ctx, entry, px, err)
-			}
-		case err != nil:
-			return r.failed(ctx, entry, px, err)
+			r.apply(px, lost)
+			r.report(px, egressv1.ReasonInstanceLost, "instance gone from the backend; creating it again")
+			inst, err = r.create(ctx, entry, px, req)
 		}
+	}
+	if err != nil {
+		return r.failed(ctx, entry, px, req, err)
 	}
 
 	switch inst.State {
@@ -196,31 +191,49 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		if inst.IP == "" {
 			break // a provider bug; wait like Provisioning
 		}
-		return r.running(ctx, entry, px, inst)
+		r.running(px, inst)
+		// The instance the new one replaced goes now, in the same pass.
+		r.deleteSuperseded(ctx, entry, px)
+		if len(px.Status.SupersededProviderIDs) > 0 {
+			return ctrl.Result{RequeueAfter: entry.PollInterval}
+		}
+		return ctrl.Result{RequeueAfter: jitter(r.RunningResync)}
 	case provider.StateStopped:
 		// Create adopts and starts a stopped instance.
-		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonInstanceStopped,
-			fmt.Sprintf("instance %s stopped; starting it again", inst.ID))
+		r.report(px, egressv1.ReasonInstanceStopped, fmt.Sprintf("instance %s stopped; starting it again", inst.ID))
 		if _, err := r.create(ctx, entry, px, req); err != nil {
-			return r.failed(ctx, entry, px, err)
+			return r.failed(ctx, entry, px, req, err)
 		}
 		return ctrl.Result{RequeueAfter: entry.PollInterval}
 	case provider.StateTerminated:
 		// Deleted first and created anew once Get says NotFound: creating
 		// under the same name now would adopt the terminated instance.
-		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonInstanceStopped,
-			fmt.Sprintf("instance %s terminated; deleting it to create it anew", inst.ID))
+		r.report(px, egressv1.ReasonInstanceStopped, fmt.Sprintf("instance %s terminated; deleting it to create it anew", inst.ID))
 		if err := r.deleteInstance(ctx, entry, inst.ID); err != nil {
-			return r.failed(ctx, entry, px, err)
+			return r.failed(ctx, entry, px, req, err)
 		}
 		return ctrl.Result{RequeueAfter: entry.PollInterval}
 	}
-	r.provisioning(px, inst)
+	r.report(px, egressv1.ReasonProvisioning, fmt.Sprintf("instance %s is %s", inst.ID, describeState(inst.State)))
+	if !r.replacing(px) {
+		px.Status.Phase = egressv1.PhaseProvisioning
+	}
 	return ctrl.Result{RequeueAfter: entry.PollInterval}
 }
 
-// running records a serving instance, then retires the one it replaced.
-func (r *ProxyReconciler) running(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, inst provider.Instance) ctrl.Result {
+// maxSuperseded bounds status.supersededProviderIDs (the CRD's MaxItems
+// leaves room for the one reshape adds).
+const maxSuperseded = 15
+
+// apply runs one transition of the replacement state machine on px.
+func (r *ProxyReconciler) apply(px *egressv1.Proxy, f func(record) record) {
+	f(recordOf(&px.Status)).store(&px.Status)
+}
+
+// running records a serving instance; the instance it replaced is
+// superseded now.
+func (r *ProxyReconciler) running(px *egressv1.Proxy, inst provider.Instance) {
+	r.apply(px, cutover)
 	px.Status.IP = inst.IP
 	host := inst.Host
 	if host == "" {
@@ -230,37 +243,51 @@ func (r *ProxyReconciler) running(ctx context.Context, entry *registry.Entry, px
 	px.Status.Phase = egressv1.PhaseRunning
 	r.setReady(px, metav1.ConditionTrue, egressv1.ReasonRunning, "serving at "+px.Status.Endpoint)
 	r.forget(key(px))
+}
 
-	if old := px.Status.RetiringProviderID; old != "" {
-		err := r.deleteInstance(ctx, entry, old)
+// jitter spreads d by up to a tenth either way, so that Proxies created
+// together are not read again together, wave after wave.
+func jitter(d time.Duration) time.Duration {
+	return d - d/10 + time.Duration(rand.Int64N(int64(d/5)+1))
+}
+
+// replacing says whether a retiring instance serves at status.endpoint.
+func (r *ProxyReconciler) replacing(px *egressv1.Proxy) bool {
+	return px.Status.RetiringProviderID != "" && px.Status.Endpoint != ""
+}
+
+// report sets Ready for a pass whose current instance does not serve.
+// While a retiring instance serves, the Proxy is Ready (Replacing) and msg
+// says what holds the replacement up; otherwise nothing serves: the
+// endpoint is cleared and Ready is False with reason.
+func (r *ProxyReconciler) report(px *egressv1.Proxy, reason, msg string) {
+	if r.replacing(px) {
+		px.Status.Phase = egressv1.PhaseRunning
+		r.setReady(px, metav1.ConditionTrue, egressv1.ReasonReplacing,
+			fmt.Sprintf("serving at %s (instance %s) while it is replaced: %s", px.Status.Endpoint, px.Status.RetiringProviderID, msg))
+		return
+	}
+	px.Status.Endpoint, px.Status.IP = "", ""
+	r.setReady(px, metav1.ConditionFalse, reason, msg)
+}
+
+// deleteSuperseded deletes the instances the Proxy no longer wants and
+// drops those the backend no longer has. A failure is logged and retried
+// on the next pass: nothing waits for these deletions.
+func (r *ProxyReconciler) deleteSuperseded(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy) {
+	for _, id := range slices.Clone(px.Status.SupersededProviderIDs) {
+		err := r.deleteInstance(ctx, entry, id)
 		if err == nil {
-			_, err = r.get(ctx, entry, old)
+			_, err = r.get(ctx, entry, id)
 		}
 		switch {
 		case errors.Is(err, provider.ErrNotFound):
-			px.Status.RetiringProviderID = ""
+			r.apply(px, func(rec record) record { return gone(rec, id) })
 		case err != nil:
-			logr.FromContextOrDiscard(ctx).Error(err, "retiring the replaced instance", "retiringProviderID", old)
-			return ctrl.Result{RequeueAfter: r.transientBackoff.When(key(px))}
-		default:
-			return ctrl.Result{RequeueAfter: entry.PollInterval}
+			logr.FromContextOrDiscard(ctx).Info("deleting a superseded instance failed; trying again next pass",
+				"supersededProviderID", id, "error", err.Error())
 		}
 	}
-	return ctrl.Result{RequeueAfter: r.RunningResync}
-}
-
-// provisioning records an instance that exists but does not serve yet.
-func (r *ProxyReconciler) provisioning(px *egressv1.Proxy, inst provider.Instance) {
-	if px.Status.RetiringProviderID != "" {
-		// The old instance still serves at the recorded endpoint.
-		r.setReady(px, metav1.ConditionTrue, egressv1.ReasonReplacing,
-			fmt.Sprintf("serving at %s while instance %s replaces %s", px.Status.Endpoint, inst.ID, px.Status.RetiringProviderID))
-		return
-	}
-	px.Status.Phase = egressv1.PhaseProvisioning
-	px.Status.IP, px.Status.Endpoint = "", ""
-	r.setReady(px, metav1.ConditionFalse, egressv1.ReasonProvisioning,
-		fmt.Sprintf("instance %s is %s", inst.ID, describeState(inst.State)))
 }
 
 func describeState(s provider.State) string {
@@ -271,56 +298,69 @@ func describeState(s provider.State) string {
 }
 
 // failed records a provider error by its class and says when to try again.
-func (r *ProxyReconciler) failed(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, err error) ctrl.Result {
+func (r *ProxyReconciler) failed(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, req provider.CreateRequest, err error) ctrl.Result {
 	log := logr.FromContextOrDiscard(ctx)
-	if px.Status.Phase == "" || px.Status.Phase == egressv1.PhasePending {
+	serving := px.Status.Endpoint != ""
+	if !serving {
 		px.Status.Phase = egressv1.PhaseProvisioning
 	}
 	switch provider.ClassOf(err) {
 	case provider.ErrPermanent:
-		log.Error(err, "permanent provider failure; not retrying until the spec or the provider's configuration changes")
-		px.Status.Phase = egressv1.PhaseFailed
-		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonPermanentFailure, err.Error())
-		r.latch(px, entry)
+		log.Error(err, "permanent provider failure; not retrying until the spec, the provider's configuration or its health changes")
+		px.Status.PermanentFailure = &egressv1.PermanentFailure{
+			ObservedGeneration: px.Generation, InstanceName: req.Name, ProviderRevision: entry.Revision, Time: metav1.Now(),
+		}
+		if serving {
+			r.event(px, corev1.EventTypeWarning, egressv1.ReasonPermanentFailure, "Reconcile", "%s", err.Error())
+		} else {
+			px.Status.Phase = egressv1.PhaseFailed
+		}
+		r.report(px, egressv1.ReasonPermanentFailure, err.Error())
 		return ctrl.Result{}
 	case provider.ErrQuotaExceeded:
 		wait := r.quotaBackoff.When(key(px))
 		log.Info("provider out of quota or capacity; backing off", "error", err.Error(), "retryIn", wait)
-		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonQuotaExceeded, err.Error())
+		if serving {
+			r.event(px, corev1.EventTypeWarning, egressv1.ReasonQuotaExceeded, "Reconcile", "%s", err.Error())
+		}
+		r.report(px, egressv1.ReasonQuotaExceeded, err.Error())
 		return ctrl.Result{RequeueAfter: wait}
 	default:
 		wait := r.transientBackoff.When(key(px))
 		log.Info("transient provider failure; backing off", "error", err.Error(), "retryIn", wait)
-		if px.Status.RetiringProviderID != "" || meta.IsStatusConditionTrue(px.Status.Conditions, egressv1.ConditionReady) {
-			// A running Proxy whose backend hiccups still serves; keep Ready
+		if serving {
+			// A serving Proxy whose backend hiccups still serves; keep Ready
 			// as it is and let the next read tell.
 			return ctrl.Result{RequeueAfter: wait}
 		}
-		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonBackendError, err.Error())
+		r.report(px, egressv1.ReasonBackendError, err.Error())
 		return ctrl.Result{RequeueAfter: wait}
 	}
 }
 
-// latched reports a Proxy whose last attempt failed permanently for the
-// generation it still has, under the provider configuration it still has.
-func (r *ProxyReconciler) latched(px *egressv1.Proxy, entry *registry.Entry) bool {
-	c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady)
-	if c == nil || c.Reason != egressv1.ReasonPermanentFailure || c.ObservedGeneration != px.Generation {
+// latched reports a Proxy whose last attempt failed permanently under what
+// it still has: the same generation, instance name (shape and resolved
+// cloud-init) and provider revision, with no turn of the provider's health
+// to Healthy since. Everything it reads is in the API, so a restart or a
+// new leader keeps the latch.
+func (r *ProxyReconciler) latched(ctx context.Context, px *egressv1.Proxy, entry *registry.Entry, name string) bool {
+	l := px.Status.PermanentFailure
+	if l == nil || l.ObservedGeneration != px.Generation || l.InstanceName != name || l.ProviderRevision != entry.Revision {
 		return false
 	}
-	r.latchMu.Lock()
-	defer r.latchMu.Unlock()
-	rev, ok := r.latches[key(px)]
-	return ok && rev == entry.Revision
+	return !r.healthySince(ctx, entry.Name, l.Time.Time)
 }
 
-func (r *ProxyReconciler) latch(px *egressv1.Proxy, entry *registry.Entry) {
-	r.latchMu.Lock()
-	defer r.latchMu.Unlock()
-	if r.latches == nil {
-		r.latches = map[types.NamespacedName]string{}
+// healthySince says whether the provider's ProviderHealth turned Healthy
+// after t: an administrator fixed what the failure may have come from (an
+// RBAC rule, a credential, a missing image).
+func (r *ProxyReconciler) healthySince(ctx context.Context, providerName string, t time.Time) bool {
+	ph := &egressv1.ProviderHealth{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: providerName}, ph); err != nil {
+		return false
 	}
-	r.latches[key(px)] = entry.Revision
+	c := meta.FindStatusCondition(ph.Status.Conditions, egressv1.ConditionHealthy)
+	return c != nil && c.Status == metav1.ConditionTrue && c.LastTransitionTime.After(t)
 }
 
 func (r *ProxyReconciler) create(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, req provider.CreateRequest) (provider.Instance, error) {
@@ -329,6 +369,12 @@ func (r *ProxyReconciler) create(ctx context.Context, entry *registry.Entry, px 
 	inst, err := entry.Provider.Create(ctx, req)
 	if err != nil {
 		return provider.Instance{}, err
+	}
+	if slices.Contains(px.Status.SupersededProviderIDs, inst.ID) {
+		// The name was reverted to an instance that is being deleted: it
+		// is made anew once gone, never adopted half-deleted.
+		return provider.Instance{}, provider.Wrap(entry.Name, provider.OpCreate, provider.ErrTransient,
+			fmt.Errorf("instance %s is still being deleted; it is created anew once gone", inst.ID))
 	}
 	if px.Status.ProviderID != inst.ID {
 		r.event(px, corev1.EventTypeNormal, "InstanceCreated", "Create",
@@ -429,9 +475,6 @@ func (r *ProxyReconciler) writeStatus(ctx context.Context, before, px *egressv1.
 func (r *ProxyReconciler) forget(k types.NamespacedName) {
 	r.transientBackoff.Forget(k)
 	r.quotaBackoff.Forget(k)
-	r.latchMu.Lock()
-	delete(r.latches, k)
-	r.latchMu.Unlock()
 }
 
 func key(px *egressv1.Proxy) types.NamespacedName {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -14,6 +15,7 @@ import (
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 )
 
 // reconcileDelete deletes the Proxy's instances (the serving one and one
@@ -39,14 +41,12 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, px *egressv1.Prox
 
 func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Proxy) (ctrl.Result, bool) {
 	px.Status.Phase = egressv1.PhaseDeleting
-	ids := nonEmpty(px.Status.ProviderID, px.Status.RetiringProviderID)
-	if len(ids) == 0 {
-		// Nothing was recorded. An instance made by a Create whose status
-		// write was lost is collected by the garbage collector, which finds
-		// its UID on no Proxy.
-		return ctrl.Result{}, true
-	}
+	rec := recordOf(&px.Status)
+	ids := rec.recorded()
 	if px.Annotations[egressv1.AnnotationForceRelease] == "true" {
+		if len(ids) == 0 {
+			return ctrl.Result{}, true
+		}
 		// The user gave up on the backend (a provider gone for good): the
 		// instances are abandoned, and the event says which.
 		logr.FromContextOrDiscard(ctx).Info("force-released: the backend instances are abandoned", "instances", ids)
@@ -57,11 +57,30 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 	}
 	entry, err := r.Providers.Get(px.Spec.Provider)
 	if err != nil {
+		if len(ids) == 0 {
+			// No provider and nothing recorded: there is nothing to find
+			// the Proxy's instances on.
+			return ctrl.Result{}, true
+		}
 		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonProviderNotFound,
 			fmt.Sprintf("cannot delete instance %s: spec.provider %q names no entry in the providers config; add it back, or set the annotation %s=true to abandon the instance", ids[0], px.Spec.Provider, egressv1.AnnotationForceRelease))
 		return ctrl.Result{}, false
 	}
 	ctx = logr.NewContext(ctx, logr.FromContextOrDiscard(ctx).WithValues("provider", entry.Name))
+
+	if mayHoldUnrecorded(px) {
+		// A Create whose result never reached the status (the operator
+		// killed in between) left an instance nothing records: find it by
+		// the Proxy's UID rather than leave it to the collector's grace.
+		found, err := r.ownedUnrecorded(ctx, entry, px, ids)
+		if err != nil {
+			return r.failedDelete(ctx, px, err), false
+		}
+		ids = append(ids, found...)
+	}
+	if len(ids) == 0 {
+		return ctrl.Result{}, true
+	}
 	r.setReady(px, metav1.ConditionFalse, egressv1.ReasonDeleting, "deleting instance "+ids[0])
 
 	remaining := 0
@@ -72,24 +91,70 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 		}
 		switch {
 		case errors.Is(err, provider.ErrNotFound):
-			if id == px.Status.ProviderID {
-				px.Status.ProviderID, px.Status.IP, px.Status.Endpoint = "", "", ""
-			} else {
-				px.Status.RetiringProviderID = ""
-			}
+			rec = forgetInstance(rec, id)
 		case err != nil:
 			// Keep the finalizer on every error: deleting the Proxy must
 			// not leak the instance.
+			rec.store(&px.Status)
 			return r.failedDelete(ctx, px, err), false
 		default:
 			remaining++
 		}
+	}
+	rec.store(&px.Status)
+	if rec.current == "" && rec.retiring == "" {
+		px.Status.IP, px.Status.Endpoint = "", ""
 	}
 	if remaining > 0 {
 		return ctrl.Result{RequeueAfter: entry.PollInterval}, false
 	}
 	r.event(px, "Normal", "InstanceDeleted", "Delete", "instance deleted from provider %q", entry.Name)
 	return ctrl.Result{}, true
+}
+
+// mayHoldUnrecorded says whether the Proxy may own an instance its status
+// does not record: nothing is recorded (a Create may have run), or the spec
+// asks for another instance than the recorded one (a replacement's Create
+// may have run). A Proxy whose status records the instance its spec asks
+// for costs no listing.
+func mayHoldUnrecorded(px *egressv1.Proxy) bool {
+	if px.Status.ProviderID == "" || px.Spec.CloudInitSecretRef != nil {
+		// The Secret may be gone with the Proxy: its name cannot be derived.
+		return true
+	}
+	return createRequest(px, provider.Sensitive(px.Spec.CloudInit)).Name != px.Status.InstanceName
+}
+
+// ownedUnrecorded lists the provider's instances and returns those that
+// carry the Proxy's UID and are not in recorded.
+func (r *ProxyReconciler) ownedUnrecorded(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, recorded []string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
+	defer cancel()
+	insts, err := entry.Provider.ListByTag(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, in := range insts {
+		if in.UID == string(px.UID) && in.ID != "" && !slices.Contains(recorded, in.ID) && !slices.Contains(out, in.ID) {
+			out = append(out, in.ID)
+		}
+	}
+	if len(out) > 0 {
+		logr.FromContextOrDiscard(ctx).Info("found instances of the Proxy that its status did not record; deleting them", "instances", out)
+	}
+	return out, nil
+}
+
+// forgetInstance drops id from wherever rec records it.
+func forgetInstance(rec record, id string) record {
+	switch id {
+	case rec.current:
+		rec.current, rec.currentName = "", ""
+	case rec.retiring:
+		rec.retiring, rec.retiringName = "", ""
+	}
+	return gone(rec, id)
 }
 
 func (r *ProxyReconciler) failedDelete(ctx context.Context, px *egressv1.Proxy, err error) ctrl.Result {

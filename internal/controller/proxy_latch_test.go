@@ -38,9 +38,10 @@ func TestLatchReleasedByProviderRevision(t *testing.T) {
 	}
 }
 
-// A restarted operator (an empty latch memory) tries a latched Proxy once,
-// and latches it again if the failure stands.
-func TestLatchTriedOnceAfterRestart(t *testing.T) {
+// TestLatchSurvivesRestart (issue 7 item 5): the latch is read from the
+// Proxy's status, so a restarted operator or a new leader does not retry a
+// latched Proxy.
+func TestLatchSurvivesRestart(t *testing.T) {
 	entry, fp := fakeEntry("pool")
 	providers := &staticProviders{entries: map[string]*registry.Entry{"pool": entry}}
 	d := newDirect(t, providers)
@@ -52,8 +53,11 @@ func TestLatchTriedOnceAfterRestart(t *testing.T) {
 	restarted.ns = d.ns
 	restarted.reconcile("web")
 	restarted.reconcile("web")
-	if n := fp.Calls(provider.OpCreate); n != 2 {
-		t.Errorf("Create calls = %d, want 2 (one per process)", n)
+	if n := fp.Calls(provider.OpCreate); n != 1 {
+		t.Errorf("Create calls = %d, want 1: the restarted operator retried a latched Proxy", n)
+	}
+	if got := readyReason(restarted.get("web")); got != "False/PermanentFailure" {
+		t.Errorf("Ready %s, want False/PermanentFailure", got)
 	}
 }
 

@@ -4,7 +4,8 @@ import (
 	"context"
 	"reflect"
 
-	corev1 "k8s.io/api/core/v1"
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,53 +22,49 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/telemetry"
 )
 
-// secretRefIndex indexes Proxies by the Secret their cloud-init comes from.
-const secretRefIndex = "spec.cloudInitSecretRef.name"
+// providerIndex indexes Proxies by spec.provider, so that a change of one
+// provider (its config entry, its health) enqueues only its own Proxies.
+const providerIndex = "spec.provider"
 
 // DefaultMaxConcurrentReconciles lets one slow Create (a VM that blocks for
 // minutes) never delay the other Proxies.
 const DefaultMaxConcurrentReconciles = 8
 
-// SetupWithManager registers the reconciler. providersChanged receives an
-// event whenever the provider set changes; every Proxy is then re-evaluated.
+// SetupWithManager registers the reconciler. providersChanged receives one
+// event per provider entry added, rebuilt or removed, named after it (see
+// ProvidersChangedEvent); the Proxies of that entry are re-evaluated.
+//
+// Secrets are not watched: a watch needs list and watch on every Secret of
+// the cluster. A Proxy's cloud-init Secret is read (get) on each of its
+// passes instead, so a changed Secret takes effect at the Proxy's next pass.
 func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int, providersChanged <-chan event.GenericEvent) error {
 	r.init()
 	if maxConcurrent <= 0 {
 		maxConcurrent = DefaultMaxConcurrentReconciles
 	}
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &egressv1.Proxy{}, secretRefIndex,
-		func(o client.Object) []string {
-			if ref := o.(*egressv1.Proxy).Spec.CloudInitSecretRef; ref != nil {
-				return []string{ref.Name}
-			}
-			return nil
-		}); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &egressv1.Proxy{}, providerIndex,
+		func(o client.Object) []string { return []string{o.(*egressv1.Proxy).Spec.Provider} }); err != nil {
 		return err
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&egressv1.Proxy{}, builder.WithPredicates(specOrLifecycleChanged{})).
-		// Secrets are watched by metadata only: a changed cloud-init Secret
-		// reshapes its Proxies, and no Secret content is ever cached.
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesForSecret), builder.OnlyMetadata).
+		// A provider that turns Healthy releases its latched Proxies.
+		Watches(&egressv1.ProviderHealth{}, handler.EnqueueRequestsFromMapFunc(r.proxiesOfProvider),
+			builder.WithPredicates(becameHealthy{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent}).
 		Named("proxy")
 	if providersChanged != nil {
-		b = b.WatchesRawSource(source.Channel(providersChanged, handler.EnqueueRequestsFromMapFunc(r.allProxies)))
+		b = b.WatchesRawSource(source.Channel(providersChanged, handler.EnqueueRequestsFromMapFunc(r.proxiesOfProvider)))
 	}
 	return b.Complete(telemetry.Reconciler(r.TracerProvider, "Proxy", r))
 }
 
-func (r *ProxyReconciler) proxiesForSecret(ctx context.Context, o client.Object) []reconcile.Request {
+// proxiesOfProvider maps an object named after a provider entry (a
+// ProviderHealth, a ProvidersChangedEvent) to that entry's Proxies.
+func (r *ProxyReconciler) proxiesOfProvider(ctx context.Context, o client.Object) []reconcile.Request {
 	list := &egressv1.ProxyList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{secretRefIndex: o.GetName()}); err != nil {
-		return nil
-	}
-	return requests(list)
-}
-
-func (r *ProxyReconciler) allProxies(ctx context.Context, _ client.Object) []reconcile.Request {
-	list := &egressv1.ProxyList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	if err := r.Client.List(ctx, list, client.MatchingFields{providerIndex: o.GetName()}); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "listing the Proxies of a provider", "provider", o.GetName())
 		return nil
 	}
 	return requests(list)
@@ -79,6 +76,22 @@ func requests(list *egressv1.ProxyList) []reconcile.Request {
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
 	}
 	return out
+}
+
+// becameHealthy passes a ProviderHealth whose Healthy condition is True
+// now and was not before (or that is created Healthy).
+type becameHealthy struct{ predicate.Funcs }
+
+func (becameHealthy) Create(e event.CreateEvent) bool { return healthy(e.Object) }
+func (becameHealthy) Update(e event.UpdateEvent) bool {
+	return healthy(e.ObjectNew) && !healthy(e.ObjectOld)
+}
+func (becameHealthy) Delete(event.DeleteEvent) bool   { return false }
+func (becameHealthy) Generic(event.GenericEvent) bool { return false }
+
+func healthy(o client.Object) bool {
+	ph, ok := o.(*egressv1.ProviderHealth)
+	return ok && meta.IsStatusConditionTrue(ph.Status.Conditions, egressv1.ConditionHealthy)
 }
 
 // specOrLifecycleChanged passes updates that change what the reconciler acts
@@ -98,7 +111,8 @@ func (specOrLifecycleChanged) Update(e event.UpdateEvent) bool {
 		!reflect.DeepEqual(o.GetAnnotations(), n.GetAnnotations())
 }
 
-// ProvidersChangedEvent is the event sent on the providers-changed channel.
-func ProvidersChangedEvent() event.GenericEvent {
-	return event.GenericEvent{Object: &metav1.PartialObjectMetadata{}}
+// ProvidersChangedEvent is the event sent on the providers-changed channel
+// for the provider entry named name.
+func ProvidersChangedEvent(name string) event.GenericEvent {
+	return event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}}}
 }

@@ -10,6 +10,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -197,11 +200,22 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	providersChanged := make(chan event.GenericEvent, 1)
 	healthLoop := &health.Loop{Client: mgr.GetClient(), Providers: op.Registry, TracerProvider: tp,
 		Interval: o.HealthInterval, Timeout: o.HealthTimeout, Heartbeat: o.HealthHeartbeat}
+	// Interim until the registry reports which entries changed: every
+	// entry, present or past, is re-evaluated.
+	var seenMu sync.Mutex
+	seen := map[string]bool{}
 	op.Registry.OnChange(func() {
-		select {
-		case providersChanged <- controller.ProvidersChangedEvent():
-		default: // one pending event already re-evaluates every Proxy
+		seenMu.Lock()
+		for _, e := range op.Registry.Entries() {
+			seen[e.Name] = true
 		}
+		names := slices.Sorted(maps.Keys(seen))
+		seenMu.Unlock()
+		go func() {
+			for _, n := range names {
+				providersChanged <- controller.ProvidersChangedEvent(n)
+			}
+		}()
 		healthLoop.Trigger()
 	})
 
