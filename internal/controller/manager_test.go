@@ -29,8 +29,9 @@ import (
 // running is an operator as main wires it (manager, cache, registry,
 // reconciler, events), watching one namespace of the shared API server.
 type running struct {
-	ns      string
-	counter *testenv.RequestCounter
+	ns         string
+	counter    *testenv.RequestCounter
+	reconciler *ProxyReconciler
 }
 
 func startManager(t *testing.T, providers Providers, maxConcurrent int, changed <-chan event.GenericEvent) *running {
@@ -62,7 +63,10 @@ func startManager(t *testing.T, providers Providers, maxConcurrent int, changed 
 			t.Errorf("manager: %v", err)
 		}
 	})
-	return &running{ns: ns, counter: counter}
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	return &running{ns: ns, counter: counter, reconciler: r}
 }
 
 // waitFor polls the Proxy until cond holds; the bound only stops a hung test.

@@ -125,6 +125,17 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 // records what it saw in px.Status; it never writes to the API itself.
 func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Proxy) ctrl.Result {
 	log := logr.FromContextOrDiscard(ctx)
+	// The first pass after a spec change of a Proxy that has an instance
+	// sweeps for one that a crashed pass created and never recorded; until
+	// a sweep succeeded, observedGeneration stays behind, so the next pass
+	// sweeps again.
+	prevObserved := px.Status.ObservedGeneration
+	sweep, swept := px.Status.ProviderID != "" && prevObserved != px.Generation, false
+	defer func() {
+		if sweep && !swept {
+			px.Status.ObservedGeneration = prevObserved
+		}
+	}()
 	px.Status.ObservedGeneration = px.Generation
 
 	entry, err := r.Providers.Get(px.Spec.Provider)
@@ -155,35 +166,42 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 	}
 	px.Status.PermanentFailure = nil
 
+	inst, err := r.observe(ctx, entry, px)
+	if err != nil {
+		return r.failed(ctx, entry, px, req, err)
+	}
 	// A spec change that reshapes the instance gets a new instance under a
 	// new name; the serving one keeps serving until the new one runs.
+	observed := px.Status.ProviderID
 	rec := reshape(recordOf(&px.Status), req.Name)
 	if len(rec.superseded) > maxSuperseded {
 		// Spec changes faster than the backend deletes: let it catch up
 		// before making yet another instance.
+		r.deleteSuperseded(ctx, entry, px)
 		r.report(px, egressv1.ReasonProvisioning,
 			fmt.Sprintf("waiting for %d superseded instances to be deleted before creating %s", len(px.Status.SupersededProviderIDs), req.Name))
-		r.deleteSuperseded(ctx, entry, px)
 		return ctrl.Result{RequeueAfter: entry.PollInterval}
 	}
 	rec.store(&px.Status)
 	r.deleteSuperseded(ctx, entry, px)
 
-	var inst provider.Instance
-	if px.Status.ProviderID == "" {
+	switch {
+	case px.Status.ProviderID == "":
 		inst, err = r.create(ctx, entry, px, req)
-	} else {
+	case px.Status.ProviderID != observed:
+		// Reverted to the retiring instance: read it as current now.
 		inst, err = r.get(ctx, entry, px.Status.ProviderID)
-		if errors.Is(err, provider.ErrNotFound) {
-			r.event(px, corev1.EventTypeWarning, egressv1.ReasonInstanceLost, "Create",
-				"instance %s is gone from provider %q; creating it again", px.Status.ProviderID, entry.Name)
-			r.apply(px, lost)
-			r.report(px, egressv1.ReasonInstanceLost, "instance gone from the backend; creating it again")
-			inst, err = r.create(ctx, entry, px, req)
-		}
 	}
 	if err != nil {
 		return r.failed(ctx, entry, px, req, err)
+	}
+	if sweep {
+		// A pass that crashed after its Create left an instance that no
+		// status records; the first pass after a spec change finds it.
+		if err := r.supersedeUnrecorded(ctx, entry, px); err != nil {
+			return r.failed(ctx, entry, px, req, err)
+		}
+		swept = true
 	}
 
 	switch inst.State {
@@ -219,6 +237,51 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		px.Status.Phase = egressv1.PhaseProvisioning
 	}
 	return ctrl.Result{RequeueAfter: entry.PollInterval}
+}
+
+// observe reads the recorded instances before anything is planned, so that
+// the plan starts from the backend, not from a status a crash may have left
+// stale: a current instance that runs is cut over to first (it serves now,
+// and a spec change must retire it, not supersede it), a lost one is
+// dropped, and a retiring instance that vanished no longer counts as
+// serving. It returns current's observation (zero when none is recorded).
+func (r *ProxyReconciler) observe(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy) (provider.Instance, error) {
+	if id := px.Status.RetiringProviderID; id != "" {
+		if _, err := r.get(ctx, entry, id); errors.Is(err, provider.ErrNotFound) {
+			r.event(px, corev1.EventTypeWarning, egressv1.ReasonInstanceLost, "Replace",
+				"instance %s, serving while it was replaced, is gone from provider %q", id, entry.Name)
+			r.apply(px, retiredGone)
+		}
+	}
+	id := px.Status.ProviderID
+	if id == "" {
+		return provider.Instance{}, nil
+	}
+	inst, err := r.get(ctx, entry, id)
+	switch {
+	case errors.Is(err, provider.ErrNotFound):
+		r.event(px, corev1.EventTypeWarning, egressv1.ReasonInstanceLost, "Create",
+			"instance %s is gone from provider %q; creating it again", id, entry.Name)
+		r.apply(px, lost)
+		r.report(px, egressv1.ReasonInstanceLost, fmt.Sprintf("instance %s is gone from the backend; creating it again", id))
+		return provider.Instance{}, nil
+	case err != nil:
+		return provider.Instance{}, err
+	}
+	if inst.State == provider.StateRunning && inst.IP != "" && px.Status.RetiringProviderID != "" {
+		r.running(px, inst)
+	}
+	return inst, nil
+}
+
+// supersedeUnrecorded lists the provider's instances and supersedes those
+// that carry the Proxy's UID but that its status does not record.
+func (r *ProxyReconciler) supersedeUnrecorded(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy) error {
+	found, err := r.ownedUnrecorded(ctx, entry, px, recordOf(&px.Status).recorded())
+	for _, id := range found {
+		r.apply(px, func(rec record) record { rec.superseded = supersede(rec.superseded, id); return rec })
+	}
+	return err
 }
 
 // maxSuperseded bounds status.supersededProviderIDs (the CRD's MaxItems

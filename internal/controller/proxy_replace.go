@@ -46,12 +46,15 @@ func recordOf(st *egressv1.ProxyStatus) record {
 	}
 }
 
-// store writes r back into st; the endpoint is the caller's, since only an
-// observed Running instance may set it.
+// store writes r back into st. It clears the endpoint when nothing serves;
+// setting it is the caller's, since only an observed Running instance may.
 func (r record) store(st *egressv1.ProxyStatus) {
 	st.ProviderID, st.InstanceName = r.current, r.currentName
 	st.RetiringProviderID, st.RetiringInstanceName = r.retiring, r.retiringName
 	st.SupersededProviderIDs = r.superseded
+	if !r.serving {
+		st.Endpoint, st.IP = "", ""
+	}
 }
 
 // servingID is the ID of the instance at status.endpoint, or "".
@@ -113,6 +116,14 @@ func lost(r record) record {
 	if r.retiring == "" {
 		r.serving = false
 	}
+	return r
+}
+
+// retiredGone records that the retiring instance vanished: nothing serves
+// until current runs.
+func retiredGone(r record) record {
+	r.retiring, r.retiringName = "", ""
+	r.serving = false
 	return r
 }
 
