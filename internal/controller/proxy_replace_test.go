@@ -67,7 +67,7 @@ func TestReshapeTransitions(t *testing.T) {
 // the Proxy converges to one instance of the last shape.
 func TestReplacementNeverCutsOffServingProxy(t *testing.T) {
 	scenarios := map[string][]string{
-		"plain replacement":                 {"B", "p", "run", "p", "p"},
+		"plain replacement":                  {"B", "p", "run", "p", "p"},
 		"revert before the replacement runs": {"B", "p", "A", "p", "p"},
 		"revert after the replacement runs":  {"B", "p", "run", "p", "A", "p", "run", "p", "p"},
 		"third shape during a replacement":   {"B", "p", "C", "p", "run", "p", "p"},
