@@ -27,6 +27,7 @@ var mutants = []struct {
 }{
 	{"not-idempotent", "CreateIsIdempotentByName"},
 	{"refuses-empty-uid", "AdoptsOwnInstance/empty_UID"},
+	{"leaves-empty-uid", "AdoptionFillsEmptyUIDMark"}, // kubernetes before issue 7
 	{"keeps-stopped", "AdoptingStoppedStartsIt"},
 	{"adopts-other-uid", "RefusesOtherUID"}, // kubernetes, gcp, kvm
 	{"adopts-unmarked", "RefusesUnmarked"},
@@ -197,6 +198,14 @@ func (m *mutant) Create(ctx context.Context, req provider.CreateRequest) (provid
 		if exists && (found.Marks == nil || !found.Marks.Managed) {
 			m.Backend().Plant(req.Name, &provider.Marks{Managed: true, UID: req.UID, Installation: m.installation})
 		}
+	case "leaves-empty-uid":
+		// Adopts, and reports the request's UID, but leaves the backend's
+		// mark empty.
+		inst, err := m.Provider.Create(ctx, req)
+		if exists && found.Marks != nil && found.Marks.UID == "" && err == nil {
+			m.Backend().Plant(req.Name, &provider.Marks{Managed: true, Installation: m.installation})
+		}
+		return inst, err
 	case "logs-cloud-init":
 		logr.FromContextOrDiscard(ctx).V(4).Info("user-data", "cloudInit", req.CloudInit.Reveal())
 	case "keeps-stopped":
