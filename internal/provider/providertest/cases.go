@@ -516,10 +516,18 @@ func (e *env) expectCheckEnds(ctx context.Context, why string) {
 
 // Rule: cloud-init never reaches an error or a log line, on any path,
 // failing ones included (refusals and wrapped backend errors are where
-// requests get dumped), at any log tier. The base64 form is checked too,
-// since backends take user-data encoded.
+// requests get dumped), at any log tier, whether the line goes to the ctx's
+// logger or to a global one (ctrl.Log, klog, the standard log, slog's
+// default: see captureGlobalLogs). The base64 form is checked too, since
+// backends take user-data encoded.
 func testCloudInitNeverLeaks(t *testing.T, h Harness) {
 	e := newEnv(t, h)
+	globals := captureGlobalLogs(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("global loggers during this case:\n%s", globals.String())
+		}
+	})
 	sentinel := "SENTINEL-cloudinit-" + randHex(t)
 	request := func(proxyName string) provider.CreateRequest {
 		req := e.request(proxyName)
@@ -561,6 +569,11 @@ func testCloudInitNeverLeaks(t *testing.T, h Harness) {
 			for _, line := range strings.Split(logs, "\n") {
 				if strings.Contains(line, needle) {
 					t.Errorf("%s leaked into a log line: %s", what, line)
+				}
+			}
+			for _, line := range strings.Split(globals.String(), "\n") {
+				if strings.Contains(line, needle) {
+					t.Errorf("%s leaked into a line of a global logger: %s", what, line)
 				}
 			}
 		}
