@@ -79,3 +79,50 @@ func TestCreateRequestFields(t *testing.T) {
 		t.Error("request aliases the spec")
 	}
 }
+
+// TestShapeGolden (issue 7, item 8): the shape hash is a stored format. It
+// goes into every instance name (provider.InstanceName), and Create adopts
+// by name, so a change to shapeOf (a field renamed or reordered, a new
+// field that is not omitted when empty, another encoding, nil ranges
+// encoded as []) would rename every instance: the whole fleet replaced on
+// upgrade. The expected values were computed once, on the code as
+// released, and must never change; a field added to the shape must leave
+// the hash of every existing spec as it is.
+func TestShapeGolden(t *testing.T) {
+	const uid = "3f1c9f4e-8a0b-4c7e-9d2a-6b5e4f3a2c1d"
+	for _, tc := range []struct {
+		name      string
+		spec      egressv1.ProxySpec
+		cloudInit provider.Sensitive
+		wantShape string
+		wantName  string
+	}{
+		{"defaults, no ranges", egressv1.ProxySpec{Provider: "local", Port: 3128}, "",
+			"9a3589aa4c10da2bbc71ef2e0cf07b5eea8f836fb085177cc82310cf4f60f280", "proxy-team-a-egress-eu-9fc4ba29d7"},
+		{"ranges", egressv1.ProxySpec{Provider: "local", Port: 3128, AllowedSourceRanges: []string{"10.0.0.0/8", "192.0.2.0/24"}}, "",
+			"7113dadebcad5388c1bbfc7bd94e2da28bcf685599375d2f6d04bf349aee7f8f", "proxy-team-a-egress-eu-86bbbca195"},
+		{"ranges in another order", egressv1.ProxySpec{Provider: "local", Port: 3128, AllowedSourceRanges: []string{"192.0.2.0/24", "10.0.0.0/8"}}, "",
+			"7113dadebcad5388c1bbfc7bd94e2da28bcf685599375d2f6d04bf349aee7f8f", "proxy-team-a-egress-eu-86bbbca195"},
+		{"placement and port", egressv1.ProxySpec{Provider: "gcp", Port: 8080, AllowedSourceRanges: []string{"10.0.0.0/8"},
+			Placement: egressv1.Placement{Zone: "europe-west1-b", Region: "europe-west1", MachineType: "e2-micro", Image: "debian-12"}}, "",
+			"699dc2d5950bebf6d5e8a10b310ac39554b50d5c27ac1473d5c0d2e53b8a9375", "proxy-team-a-egress-eu-d421ea0d1c"},
+		{"cloud-init", egressv1.ProxySpec{Provider: "local", Port: 3128, AllowedSourceRanges: []string{"10.0.0.0/8"}}, "#cloud-config\npackages: [squid]\n",
+			"ebe795f145739e8febe185d0bcaca8e1fef72b064c893403fa495a861a74c298", "proxy-team-a-egress-eu-73ae775222"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := shapeOf(tc.spec, tc.cloudInit); got != tc.wantShape {
+				t.Errorf("shapeOf = %q, want %q: a changed shape hash renames every instance of a fleet", got, tc.wantShape)
+			}
+			px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "egress.eu", UID: uid}, Spec: tc.spec}
+			if got := createRequest(px, tc.cloudInit).Name; got != tc.wantName {
+				t.Errorf("instance name = %q, want %q: a changed name renames every instance of a fleet", got, tc.wantName)
+			}
+		})
+	}
+	// A Proxy stored before the CRD defaulted the port is named as one
+	// with the default port.
+	px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "egress.eu", UID: uid}, Spec: egressv1.ProxySpec{Provider: "local"}}
+	if got, want := createRequest(px, "").Name, "proxy-team-a-egress-eu-9fc4ba29d7"; got != want {
+		t.Errorf("instance name with port 0 = %q, want %q (the name of port %d)", got, want, defaultPort)
+	}
+}

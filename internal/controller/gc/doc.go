@@ -15,14 +15,21 @@
 //     after its Proxy entered the cache (the reconciler works from the same
 //     cache), so its Proxy is seen in step 2.
 //
-// An instance is collected, once it is older than the grace period, when it
-// is
+// An instance whose ID any Proxy's status records
+// (ProxyStatus.RecordedProviderIDs: status.providerID and
+// status.retiringProviderID) is never collected, whatever its UID mark says:
+// the contract adopts an instance whose UID mark is empty (and the provider
+// fills the mark in), and the status is the record of what a Proxy uses.
+// Any other instance is collected, once it is older than the grace period,
+// when it is
 //
-//   - an orphan: its UID is on no Proxy (the Proxy is gone, or a crash
-//     between Create and the status write left it unrecorded), or
+//   - an orphan: its UID is on no Proxy, or its UID mark is empty (the
+//     Proxy is gone, or a crash between Create and the status write left it
+//     unrecorded), or
 //   - a duplicate: its UID is a Proxy's whose status.providerID is set and
-//     names another instance, and status.retiringProviderID (the instance a
-//     make-before-break replacement retires) does not name it either. This
+//     names another instance (no Proxy records this one, by the rule above:
+//     not as its providerID, nor as the instance a make-before-break
+//     replacement retires, status.retiringProviderID). This
 //     holds whatever provider lists it: spec.provider is immutable, so an
 //     instance of the Proxy listed by another provider entry is a stray,
 //     unless it is the recorded one (two entries may share one backend and

@@ -313,8 +313,13 @@ func (c *Collector) pass(ctx context.Context, e *registry.Entry, st *providerSta
 		return res
 	}
 	byUID := make(map[types.UID]*egressv1.Proxy, len(proxies.Items))
+	recorded := map[string]bool{}
 	for i := range proxies.Items {
-		byUID[proxies.Items[i].UID] = &proxies.Items[i]
+		px := &proxies.Items[i]
+		byUID[px.UID] = px
+		for _, id := range px.Status.RecordedProviderIDs() {
+			recorded[id] = true
+		}
 	}
 
 	now := c.Clock.Now()
@@ -324,7 +329,7 @@ func (c *Collector) pass(ctx context.Context, e *registry.Entry, st *providerSta
 		if ctx.Err() != nil {
 			break
 		}
-		reason, collect := classify(inst, byUID)
+		reason, collect := classify(inst, byUID, recorded)
 		if !collect {
 			continue
 		}
@@ -404,9 +409,17 @@ func (st *providerState) observe(insts []provider.Instance, now time.Time) {
 
 // classify says whether an instance is to be collected (once old enough),
 // and why. It is the whole rule set; the package documentation explains it.
-func classify(inst provider.Instance, byUID map[types.UID]*egressv1.Proxy) (Reason, bool) {
-	if inst.ID == "" {
+// recorded holds every ID any Proxy's status records
+// (ProxyStatus.RecordedProviderIDs).
+func classify(inst provider.Instance, byUID map[types.UID]*egressv1.Proxy, recorded map[string]bool) (Reason, bool) {
+	switch {
+	case inst.ID == "":
 		return "", false // nothing to delete by; a provider bug
+	case recorded[inst.ID]:
+		// Matched by ID, whatever the UID mark says: the contract adopts
+		// an instance with an empty mark, and a Proxy's status is the
+		// record of what it uses.
+		return "", false
 	}
 	px, ok := byUID[types.UID(inst.UID)]
 	if !ok || inst.UID == "" {
@@ -418,8 +431,6 @@ func classify(inst provider.Instance, byUID map[types.UID]*egressv1.Proxy) (Reas
 		return "", false // a Create in flight: its result is not recorded yet
 	case px.Generation != st.ObservedGeneration:
 		return "", false // a spec change not yet acted on may be creating a replacement
-	case inst.ID == st.ProviderID, inst.ID == st.RetiringProviderID:
-		return "", false
 	}
 	return ReasonDuplicate, true
 }

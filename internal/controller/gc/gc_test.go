@@ -17,6 +17,7 @@ import (
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/fake"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 const msgDeleted = "garbage collection: deleted instance"
@@ -474,7 +475,7 @@ func TestStartWaitsForCacheSync(t *testing.T) {
 		if r := recv(t, passes, "the first pass"); len(r["sync-p"].Actions) != 1 || exists(p, orphan) {
 			t.Fatalf("first pass: %+v; want the orphan collected", r)
 		}
-		waitFor(t, "the ticker", w.clock.HasWaiters)
+		testenv.Eventually(t, "the ticker", w.clock.HasWaiters)
 		w.clock.Step(w.c.Interval)
 		if r := recv(t, passes, "the second pass"); r["sync-p"].Listed != 0 || r["sync-p"].Err != nil {
 			t.Errorf("second pass: %+v", r)
@@ -505,8 +506,8 @@ func TestHungProviderDoesNotDelayOthers(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.c.Start(ctx) }()
 
-	waitFor(t, "the fine provider's pass to end", func() bool { return !exists(fine, fineOrphan) && w.c.idle("fine-p") })
-	waitFor(t, "the ticker", w.clock.HasWaiters)
+	testenv.Eventually(t, "the fine provider's pass to end", func() bool { return !exists(fine, fineOrphan) && w.c.idle("fine-p") })
+	testenv.Eventually(t, "the ticker", w.clock.HasWaiters)
 	w.clock.Step(w.c.Interval)
 	r := recv(t, passes, "the tick's pass") // the second CollectOnce; the first still waits for hung-p
 	if !r["hung-p"].Skipped || r["fine-p"].Skipped || r["fine-p"].Err != nil {
@@ -538,40 +539,102 @@ func TestCheckGrace(t *testing.T) {
 }
 
 // TestClassify covers the rule set beyond the envtest cases: empty IDs and
-// UIDs, and every status combination.
+// UIDs, and every status combination. u2 is a second Proxy, so that an
+// instance's UID and the Proxy that records it can differ.
 func TestClassify(t *testing.T) {
-	px := func(gen, observed int64, providerID, retiring string) *egressv1.Proxy {
+	px := func(uid types.UID, gen, observed int64, providerID, retiring string) *egressv1.Proxy {
 		return &egressv1.Proxy{
-			ObjectMeta: metav1.ObjectMeta{UID: "u1", Generation: gen},
+			ObjectMeta: metav1.ObjectMeta{UID: uid, Generation: gen},
 			Status:     egressv1.ProxyStatus{ProviderID: providerID, RetiringProviderID: retiring, ObservedGeneration: observed},
 		}
 	}
 	for _, tc := range []struct {
 		name    string
 		inst    provider.Instance
-		px      *egressv1.Proxy
+		proxies []*egressv1.Proxy
 		want    Reason
 		collect bool
 	}{
 		{"no ID", provider.Instance{UID: "gone"}, nil, "", false},
-		{"empty UID", provider.Instance{ID: "x"}, px(1, 1, "x", ""), ReasonOrphan, true},
-		{"no Proxy", provider.Instance{ID: "x", UID: "gone"}, px(1, 1, "y", ""), ReasonOrphan, true},
-		{"recorded", provider.Instance{ID: "x", UID: "u1"}, px(1, 1, "x", ""), "", false},
-		{"retiring", provider.Instance{ID: "x", UID: "u1"}, px(1, 1, "y", "x"), "", false},
-		{"create in flight", provider.Instance{ID: "x", UID: "u1"}, px(1, 1, "", ""), "", false},
-		{"create in flight while retiring", provider.Instance{ID: "x", UID: "u1"}, px(2, 2, "", "y"), "", false},
-		{"spec change pending", provider.Instance{ID: "x", UID: "u1"}, px(2, 1, "y", ""), "", false},
-		{"duplicate", provider.Instance{ID: "x", UID: "u1"}, px(2, 2, "y", "z"), ReasonDuplicate, true},
+		{"empty UID, recorded", provider.Instance{ID: "x"}, []*egressv1.Proxy{px("u1", 1, 1, "x", "")}, "", false},
+		{"empty UID, recorded as retiring", provider.Instance{ID: "x"}, []*egressv1.Proxy{px("u1", 1, 1, "y", "x")}, "", false},
+		{"empty UID, unrecorded", provider.Instance{ID: "x"}, []*egressv1.Proxy{px("u1", 1, 1, "y", "")}, ReasonOrphan, true},
+		{"no Proxy", provider.Instance{ID: "x", UID: "gone"}, []*egressv1.Proxy{px("u1", 1, 1, "y", "")}, ReasonOrphan, true},
+		{"no Proxy of its UID, recorded by another", provider.Instance{ID: "x", UID: "gone"}, []*egressv1.Proxy{px("u1", 1, 1, "x", "")}, "", false},
+		{"recorded", provider.Instance{ID: "x", UID: "u1"}, []*egressv1.Proxy{px("u1", 1, 1, "x", "")}, "", false},
+		{"retiring", provider.Instance{ID: "x", UID: "u1"}, []*egressv1.Proxy{px("u1", 1, 1, "y", "x")}, "", false},
+		{"another Proxy's UID, recorded", provider.Instance{ID: "x", UID: "u1"},
+			[]*egressv1.Proxy{px("u1", 2, 2, "y", ""), px("u2", 1, 1, "z", "x")}, "", false},
+		{"create in flight", provider.Instance{ID: "x", UID: "u1"}, []*egressv1.Proxy{px("u1", 1, 1, "", "")}, "", false},
+		{"create in flight while retiring", provider.Instance{ID: "x", UID: "u1"}, []*egressv1.Proxy{px("u1", 2, 2, "", "y")}, "", false},
+		{"spec change pending", provider.Instance{ID: "x", UID: "u1"}, []*egressv1.Proxy{px("u1", 2, 1, "y", "")}, "", false},
+		{"duplicate", provider.Instance{ID: "x", UID: "u1"}, []*egressv1.Proxy{px("u1", 2, 2, "y", "z")}, ReasonDuplicate, true},
+		{"duplicate, another Proxy records others", provider.Instance{ID: "x", UID: "u1"},
+			[]*egressv1.Proxy{px("u1", 2, 2, "y", ""), px("u2", 1, 1, "z", "w")}, ReasonDuplicate, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			byUID := map[types.UID]*egressv1.Proxy{}
-			if tc.px != nil {
-				byUID[tc.px.UID] = tc.px
+			recorded := map[string]bool{}
+			for _, p := range tc.proxies {
+				byUID[p.UID] = p
+				for _, id := range p.Status.RecordedProviderIDs() {
+					recorded[id] = true
+				}
 			}
-			got, collect := classify(tc.inst, byUID)
+			got, collect := classify(tc.inst, byUID, recorded)
 			if got != tc.want || collect != tc.collect {
 				t.Errorf("classify = %q, %t; want %q, %t", got, collect, tc.want, tc.collect)
 			}
 		})
+	}
+}
+
+// TestGCAndAdoptionAgree (issue 7, item 3): the contract adopts an instance
+// whose UID mark is empty, so the collector must never delete an instance
+// that a Proxy's status records, whatever its UID mark says. Kept over
+// several passes past the grace: an empty-UID instance that a Proxy
+// records, and an instance carrying another Proxy's UID that this Proxy
+// records. Collected: an empty-UID instance no Proxy records.
+func TestGCAndAdoptionAgree(t *testing.T) {
+	w := newWorld(t, "inst-agree", nil)
+	p := w.provider("agree-p", nil)
+
+	web := w.proxy("web", "agree-p")
+	// Left by a crash before its UID mark was written, then adopted by name
+	// and recorded.
+	emptyUID := w.plant(p, provider.InstanceName(web.Namespace, web.Name, string(web.UID), "s1"), "")
+
+	other := w.proxy("other", "agree-p")
+	otherOwn := w.instance(p, other, "s1")
+	w.record(other, otherOwn, "")
+	// Carries other's UID (for its owner it is a duplicate), but web
+	// records it as the instance its replacement retires.
+	foreignUID := w.plant(p, "proxy-foreign-uid-0123456789", string(other.UID))
+	w.record(web, emptyUID, foreignUID)
+
+	// Nobody records it: a true orphan.
+	unrecorded := w.plant(p, "proxy-unrecorded-0123456789", "")
+
+	var collected []string
+	for pass := 0; pass < 3; pass++ {
+		w.clock.Step(grace + time.Second)
+		res := w.collect()
+		for _, a := range res.Actions {
+			if a.Err != nil {
+				t.Errorf("pass %d: deleting %s: %v", pass, a.ID, a.Err)
+			}
+		}
+		collected = append(collected, ids(res.Actions)...)
+	}
+	if !slices.Equal(collected, []string{unrecorded}) {
+		t.Errorf("collected %v over 3 passes past the grace, want only the unrecorded %s", collected, unrecorded)
+	}
+	for what, id := range map[string]string{"empty-UID recorded": emptyUID, "other-UID recorded": foreignUID, "other's own": otherOwn} {
+		if !exists(p, id) {
+			t.Errorf("the %s instance %s was deleted", what, id)
+		}
+	}
+	if exists(p, unrecorded) {
+		t.Errorf("the unrecorded empty-UID instance %s survived", unrecorded)
 	}
 }

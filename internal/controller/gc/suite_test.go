@@ -224,19 +224,6 @@ func (s *logSink) all() string {
 	return strings.Join(s.lines, "\n")
 }
 
-// waitFor polls cond; the bound only stops a hung test, it asserts no
-// timing.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // idle reports whether no pass runs on the provider named name.
 func (c *Collector) idle(name string) bool {
 	c.mu.Lock()

@@ -20,10 +20,11 @@ import (
 const checkTarget = "apiserver"
 
 // needed are the permissions the provider uses, on every kind it writes:
-// get and create (Create, adoption), list (ListByTag, Pods only in
-// practice, but asked for all so the RBAC stays one rule) and delete.
+// get and create (Create, adoption), patch (adoption fills in an empty UID
+// label), list (ListByTag, Pods only in practice, but asked for all so the
+// RBAC stays one rule) and delete.
 var (
-	neededVerbs     = []string{"get", "list", "create", "delete"}
+	neededVerbs     = []string{"get", "list", "create", "patch", "delete"}
 	neededResources = []string{"pods", "services", "configmaps"}
 )
 
@@ -83,7 +84,7 @@ func (p *Provider) check(ctx context.Context) provider.CheckResult {
 	}
 	res.Details["missing"] = "none"
 	res.Healthy, res.Reason = true, provider.ReasonHealthy
-	res.Message = fmt.Sprintf("API server %s reachable; may get, list, create and delete %s in namespace %s",
+	res.Message = fmt.Sprintf("API server %s reachable; may get, list, create, patch and delete %s in namespace %s",
 		v.GitVersion, strings.Join(neededResources, ", "), shown)
 	return res
 }

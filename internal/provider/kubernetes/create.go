@@ -2,10 +2,13 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	clientset "k8s.io/client-go/kubernetes"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
@@ -52,10 +55,14 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.Cre
 		if err := p.adoptable(existing.Labels, req.UID, "pod", s); err != nil {
 			return provider.Instance{}, "", err
 		}
+		pod, err := fillUIDMark(ctx, p, "pod", s, existing, pods.Patch)
+		if err != nil {
+			return provider.Instance{}, "", err
+		}
 		if err := p.ensureSecondary(ctx, c, s); err != nil {
 			return provider.Instance{}, "", err
 		}
-		return instanceOf(existing), "adopted", nil
+		return instanceOf(pod), "adopted", nil
 	case !apierrors.IsNotFound(err):
 		return provider.Instance{}, "", classify(err, "reading pod "+instanceID(s.namespace, s.name))
 	}
@@ -70,7 +77,9 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.Cre
 		// Another Create won the race: adopt its Pod like any other.
 		pod, err = pods.Get(ctx, s.name, metav1.GetOptions{})
 		if err == nil {
-			err = p.adoptable(pod.Labels, req.UID, "pod", s)
+			if err = p.adoptable(pod.Labels, req.UID, "pod", s); err == nil {
+				pod, err = fillUIDMark(ctx, p, "pod", s, pod, pods.Patch)
+			}
 		}
 		how = "adopted"
 	}
@@ -105,28 +114,30 @@ func (p *Provider) ensureSecondary(ctx context.Context, c clientset.Interface, s
 
 func (p *Provider) ensureConfigMap(ctx context.Context, c clientset.Interface, s spec) error {
 	api := c.CoreV1().ConfigMaps(s.namespace)
-	return p.ensure(s, "configmap", func() error {
+	return ensure(ctx, p, s, "configmap", func() error {
 		_, err := api.Create(ctx, p.buildConfigMap(s), metav1.CreateOptions{})
 		return err
-	}, func() (metav1.Object, error) {
+	}, func() (*corev1.ConfigMap, error) {
 		return api.Get(ctx, s.name, metav1.GetOptions{})
-	})
+	}, api.Patch)
 }
 
 func (p *Provider) ensureService(ctx context.Context, c clientset.Interface, s spec) error {
 	api := c.CoreV1().Services(s.namespace)
-	return p.ensure(s, "service", func() error {
+	return ensure(ctx, p, s, "service", func() error {
 		_, err := api.Create(ctx, p.buildService(s), metav1.CreateOptions{})
 		return err
-	}, func() (metav1.Object, error) {
+	}, func() (*corev1.Service, error) {
 		return api.Get(ctx, s.name, metav1.GetOptions{})
-	})
+	}, api.Patch)
 }
 
 // ensure creates an object of kind, or accepts the one already there when
 // it passes the adoption rule (the same config for the same name and
-// shape, so an existing one is used as it is).
-func (p *Provider) ensure(s spec, kind string, create func() error, get func() (metav1.Object, error)) error {
+// shape, so an existing one is used as it is), filling in its UID mark
+// when that is empty.
+func ensure[T metav1.Object](ctx context.Context, p *Provider, s spec, kind string,
+	create func() error, get func() (T, error), patch patchFunc[T]) error {
 	what := kind + " " + instanceID(s.namespace, s.name)
 	err := create()
 	if err == nil {
@@ -139,5 +150,41 @@ func (p *Provider) ensure(s spec, kind string, create func() error, get func() (
 	if err != nil {
 		return classify(err, "reading "+what)
 	}
-	return p.adoptable(obj.GetLabels(), s.req.UID, kind, s)
+	if err := p.adoptable(obj.GetLabels(), s.req.UID, kind, s); err != nil {
+		return err
+	}
+	_, err = fillUIDMark(ctx, p, kind, s, obj, patch)
+	return err
+}
+
+// patchFunc is a typed client's Patch.
+type patchFunc[T metav1.Object] func(ctx context.Context, name string, pt types.PatchType, data []byte,
+	opts metav1.PatchOptions, subresources ...string) (T, error)
+
+// fillUIDMark writes the request's UID into the UID label of an adopted
+// object whose label is empty, in the API server, and returns the object as
+// it is now. The contract says a provider completes an empty mark when it
+// adopts (the name derives from the Proxy's UID and shape, so it is the
+// evidence of ownership); a mark left empty would keep the instance looking
+// like an orphan to the garbage collector. The patch carries the
+// resourceVersion that was judged, so an object changed since is a
+// Conflict (Transient) and the next Create judges it again.
+func fillUIDMark[T metav1.Object](ctx context.Context, p *Provider, kind string, s spec, obj T, patch patchFunc[T]) (T, error) {
+	if obj.GetLabels()[provider.MarkUID] != "" {
+		return obj, nil
+	}
+	var zero T
+	data, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": obj.GetResourceVersion(),
+		"labels":          map[string]string{provider.MarkUID: s.req.UID},
+	}})
+	if err != nil {
+		return zero, provider.Errorf(provider.ErrPermanent, "encoding the UID mark patch: %w", err)
+	}
+	got, err := patch(ctx, obj.GetName(), types.MergePatchType, data, metav1.PatchOptions{})
+	if err != nil {
+		return zero, classify(err, "writing the UID mark of "+kind+" "+instanceID(s.namespace, s.name))
+	}
+	p.logger(ctx).WithValues("name", s.name).V(1).Info("adopted object had an empty UID mark; filled in", "kind", kind)
+	return got, nil
 }

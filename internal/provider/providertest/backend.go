@@ -59,7 +59,9 @@ type Harness struct {
 	// New builds a fresh provider (and its backend) marked with the given
 	// installation identity. Providers log through the logger in each call's
 	// ctx (logr.FromContextOrDiscard); the suite puts a capturing one there
-	// and reads it for leaked secrets.
+	// and reads it for leaked secrets, and in the leak case it reads the
+	// global loggers too (see captureGlobalLogs: the test binary must not
+	// call ctrl.SetLogger or klog.SetLogger itself).
 	New func(t *testing.T, installation string) (provider.Provider, Backend)
 	// Request returns a valid CreateRequest for this provider (placement,
 	// port) for a Proxy with the given name and UID. The suite fills Name

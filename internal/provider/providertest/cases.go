@@ -65,6 +65,41 @@ func testAdoptsOwnInstance(t *testing.T, h Harness) {
 	}
 }
 
+// Rule: Create that adopts an instance whose UID mark is empty writes the
+// request's UID into the mark, in the backend: the name derives from the
+// Proxy's UID and shape, so the name is the evidence of ownership, and a
+// mark left empty would keep the instance looking like an orphan to the
+// garbage collector (and adoptable by anyone). ListByTag and Get, which read
+// the backend, must report the request's UID afterwards, and so must the
+// backend itself when it is an Inspector.
+func testAdoptionFillsEmptyUIDMark(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	req := e.request("fill-uid")
+	e.b.Plant(t, req.Name, &provider.Marks{Managed: true, Installation: e.installation})
+	inst, err := e.create(e.ctx, req)
+	if err != nil {
+		t.Fatalf("Create over our own instance %q with an empty UID mark did not adopt it: %v", req.Name, err)
+	}
+	if inst.UID != req.UID {
+		t.Errorf("Create adopting %q returned UID %q, want the request's %q", req.Name, inst.UID, req.UID)
+	}
+	list := e.mustList()
+	if len(list) != 1 || list[0].ID != inst.ID || list[0].UID != req.UID {
+		t.Errorf("ListByTag after adopting %q lists %+v, want exactly [%s] with UID %q", req.Name, list, inst.ID, req.UID)
+	}
+	if got, err := e.get(e.ctx, inst.ID); err != nil {
+		t.Errorf("Get(%q) of the adopted instance: %v", inst.ID, err)
+	} else if got.UID != req.UID {
+		t.Errorf("Get(%q) of the adopted instance gives UID %q, want the request's %q", inst.ID, got.UID, req.UID)
+	}
+	if in, ok := e.b.(Inspector); ok {
+		marks, exists := in.Inspect(t, req.Name)
+		if want := (provider.Marks{Managed: true, UID: req.UID, Installation: e.installation}); !exists || normMarks(marks) != want {
+			t.Errorf("the backend holds instance %q (exists %t) with marks %+v, want %+v", req.Name, exists, normMarks(marks), want)
+		}
+	}
+}
+
 // Rule: a Stopped instance that Create adopts is started again. Needs a
 // backend that is a Stopper; skipped otherwise.
 func testAdoptingStoppedStartsIt(t *testing.T, h Harness) {
@@ -481,10 +516,18 @@ func (e *env) expectCheckEnds(ctx context.Context, why string) {
 
 // Rule: cloud-init never reaches an error or a log line, on any path,
 // failing ones included (refusals and wrapped backend errors are where
-// requests get dumped), at any log tier. The base64 form is checked too,
-// since backends take user-data encoded.
+// requests get dumped), at any log tier, whether the line goes to the ctx's
+// logger or to a global one (ctrl.Log, klog, the standard log, slog's
+// default: see captureGlobalLogs). The base64 form is checked too, since
+// backends take user-data encoded.
 func testCloudInitNeverLeaks(t *testing.T, h Harness) {
 	e := newEnv(t, h)
+	globals := captureGlobalLogs(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("global loggers during this case:\n%s", globals.String())
+		}
+	})
 	sentinel := "SENTINEL-cloudinit-" + randHex(t)
 	request := func(proxyName string) provider.CreateRequest {
 		req := e.request(proxyName)
@@ -526,6 +569,11 @@ func testCloudInitNeverLeaks(t *testing.T, h Harness) {
 			for _, line := range strings.Split(logs, "\n") {
 				if strings.Contains(line, needle) {
 					t.Errorf("%s leaked into a log line: %s", what, line)
+				}
+			}
+			for _, line := range strings.Split(globals.String(), "\n") {
+				if strings.Contains(line, needle) {
+					t.Errorf("%s leaked into a line of a global logger: %s", what, line)
 				}
 			}
 		}

@@ -15,6 +15,7 @@ type testCase struct {
 var cases = []testCase{
 	{"CreateIsIdempotentByName", testCreateIsIdempotentByName},
 	{"AdoptsOwnInstance", testAdoptsOwnInstance},
+	{"AdoptionFillsEmptyUIDMark", testAdoptionFillsEmptyUIDMark},
 	{"AdoptingStoppedStartsIt", testAdoptingStoppedStartsIt},
 	{"RefusesOtherUID", testRefusesOtherUID},
 	{"RefusesUnmarked", testRefusesUnmarked},

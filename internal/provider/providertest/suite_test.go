@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"log/slog"
 	"os"
 	"os/exec"
 	"regexp"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/fake"
@@ -27,6 +31,7 @@ var mutants = []struct {
 }{
 	{"not-idempotent", "CreateIsIdempotentByName"},
 	{"refuses-empty-uid", "AdoptsOwnInstance/empty_UID"},
+	{"leaves-empty-uid", "AdoptionFillsEmptyUIDMark"}, // kubernetes before issue 7
 	{"keeps-stopped", "AdoptingStoppedStartsIt"},
 	{"adopts-other-uid", "RefusesOtherUID"}, // kubernetes, gcp, kvm
 	{"adopts-unmarked", "RefusesUnmarked"},
@@ -43,6 +48,12 @@ var mutants = []struct {
 	{"quota-is-permanent", "ErrorsCarryConfiguredName/create/QuotaExceeded"}, // kubernetes
 	{"ignores-cancelled-ctx", "CancelledContextEndsEveryCall/already_cancelled"},
 	{"logs-cloud-init", "CloudInitNeverLeaks"},
+	// The same leak through each global logger a provider could reach for
+	// instead of its ctx's.
+	{"logs-cloud-init-ctrl-log", "CloudInitNeverLeaks"},
+	{"logs-cloud-init-klog", "CloudInitNeverLeaks"},
+	{"logs-cloud-init-std-log", "CloudInitNeverLeaks"},
+	{"logs-cloud-init-slog", "CloudInitNeverLeaks"},
 }
 
 const mutantEnv = "PROVIDERTEST_MUTANT"
@@ -197,8 +208,24 @@ func (m *mutant) Create(ctx context.Context, req provider.CreateRequest) (provid
 		if exists && (found.Marks == nil || !found.Marks.Managed) {
 			m.Backend().Plant(req.Name, &provider.Marks{Managed: true, UID: req.UID, Installation: m.installation})
 		}
+	case "leaves-empty-uid":
+		// Adopts, and reports the request's UID, but leaves the backend's
+		// mark empty.
+		inst, err := m.Provider.Create(ctx, req)
+		if exists && found.Marks != nil && found.Marks.UID == "" && err == nil {
+			m.Backend().Plant(req.Name, &provider.Marks{Managed: true, Installation: m.installation})
+		}
+		return inst, err
 	case "logs-cloud-init":
 		logr.FromContextOrDiscard(ctx).V(4).Info("user-data", "cloudInit", req.CloudInit.Reveal())
+	case "logs-cloud-init-ctrl-log":
+		ctrllog.Log.WithName("mutant").V(4).Info("user-data", "cloudInit", req.CloudInit.Reveal())
+	case "logs-cloud-init-klog":
+		klog.V(4).InfoS("user-data", "cloudInit", req.CloudInit.Reveal())
+	case "logs-cloud-init-std-log":
+		log.Printf("user-data: %s", req.CloudInit.Reveal())
+	case "logs-cloud-init-slog":
+		slog.Debug("user-data", "cloudInit", req.CloudInit.Reveal())
 	case "keeps-stopped":
 		inst, err := m.Provider.Create(ctx, req)
 		if exists && found.State == provider.StateStopped && err == nil {
