@@ -7,7 +7,7 @@ package v1alpha1
 // UID mark says, so a status field that records an instance belongs here.
 func (s *ProxyStatus) RecordedProviderIDs() []string {
 	var ids []string
-	for _, id := range []string{s.ProviderID, s.RetiringProviderID} {
+	for _, id := range append([]string{s.ProviderID, s.RetiringProviderID}, s.SupersededProviderIDs...) {
 		if id != "" {
 			ids = append(ids, id)
 		}

@@ -19,6 +19,7 @@ func TestRecordedProviderIDs(t *testing.T) {
 		{"serving", egressv1.ProxyStatus{ProviderID: "a"}, []string{"a"}},
 		{"retiring only", egressv1.ProxyStatus{RetiringProviderID: "b"}, []string{"b"}},
 		{"replacing", egressv1.ProxyStatus{ProviderID: "a", RetiringProviderID: "b"}, []string{"a", "b"}},
+		{"superseded", egressv1.ProxyStatus{ProviderID: "a", SupersededProviderIDs: []string{"c", "", "d"}}, []string{"a", "c", "d"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.status.RecordedProviderIDs(); !slices.Equal(got, tc.want) {

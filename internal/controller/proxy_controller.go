@@ -277,7 +277,7 @@ func (r *ProxyReconciler) observe(ctx context.Context, entry *registry.Entry, px
 // supersedeUnrecorded lists the provider's instances and supersedes those
 // that carry the Proxy's UID but that its status does not record.
 func (r *ProxyReconciler) supersedeUnrecorded(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy) error {
-	found, err := r.ownedUnrecorded(ctx, entry, px, recordOf(&px.Status).recorded())
+	found, err := r.ownedUnrecorded(ctx, entry, px, px.Status.RecordedProviderIDs())
 	for _, id := range found {
 		r.apply(px, func(rec record) record { rec.superseded = supersede(rec.superseded, id); return rec })
 	}

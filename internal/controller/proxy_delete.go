@@ -42,7 +42,7 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, px *egressv1.Prox
 func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Proxy) (ctrl.Result, bool) {
 	px.Status.Phase = egressv1.PhaseDeleting
 	rec := recordOf(&px.Status)
-	ids := rec.recorded()
+	ids := px.Status.RecordedProviderIDs()
 	if px.Annotations[egressv1.AnnotationForceRelease] == "true" {
 		if len(ids) == 0 {
 			return ctrl.Result{}, true
@@ -173,14 +173,4 @@ func (r *ProxyReconciler) failedDelete(ctx context.Context, px *egressv1.Proxy, 
 		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonBackendError, msg)
 		return ctrl.Result{RequeueAfter: r.transientBackoff.When(key(px))}
 	}
-}
-
-func nonEmpty(ss ...string) []string {
-	var out []string
-	for _, s := range ss {
-		if s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
 }

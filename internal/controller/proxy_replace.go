@@ -143,9 +143,3 @@ func supersede(list []string, id string) []string {
 	}
 	return append(list, id)
 }
-
-// recorded lists every instance ID r holds, current first.
-func (r record) recorded() []string {
-	out := nonEmpty(r.current, r.retiring)
-	return append(out, r.superseded...)
-}

@@ -230,7 +230,7 @@ func (w *world) checkServingKept(before, after *egressv1.Proxy) {
 // checkUnrecorded: at most one live instance of the Proxy is unrecorded.
 func (w *world) checkUnrecorded() {
 	w.t.Helper()
-	recorded := recordOf(&w.px.Status).recorded()
+	recorded := w.px.Status.RecordedProviderIDs()
 	var unrecorded []string
 	for _, r := range w.fp.Backend().Records() {
 		if r.Marks != nil && r.Marks.UID == string(w.px.UID) && !r.Deleting && !slices.Contains(recorded, fake.ID(r.Name)) {

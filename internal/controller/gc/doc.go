@@ -16,8 +16,9 @@
 //     cache), so its Proxy is seen in step 2.
 //
 // An instance whose ID any Proxy's status records
-// (ProxyStatus.RecordedProviderIDs: status.providerID and
-// status.retiringProviderID) is never collected, whatever its UID mark says:
+// (ProxyStatus.RecordedProviderIDs: status.providerID,
+// status.retiringProviderID and status.supersededProviderIDs, which the
+// reconciler deletes itself) is never collected, whatever its UID mark says:
 // the contract adopts an instance whose UID mark is empty (and the provider
 // fills the mark in), and the status is the record of what a Proxy uses.
 // Any other instance is collected, once it is older than the grace period,
