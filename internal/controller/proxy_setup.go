@@ -98,7 +98,9 @@ func (specOrLifecycleChanged) Update(e event.UpdateEvent) bool {
 		!reflect.DeepEqual(o.GetAnnotations(), n.GetAnnotations())
 }
 
-// ProvidersChangedEvent is the event sent on the providers-changed channel.
-func ProvidersChangedEvent() event.GenericEvent {
-	return event.GenericEvent{Object: &metav1.PartialObjectMetadata{}}
+// ProvidersChangedEvent is the event sent on the providers-changed channel
+// for the providers-config entry name (added, rebuilt or removed): its
+// Object's Name is the entry's name.
+func ProvidersChangedEvent(name string) event.GenericEvent {
+	return event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}}}
 }

@@ -2,10 +2,14 @@ package operator
 
 import (
 	"context"
+	"flag"
+	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -73,19 +77,66 @@ func TestManagedFieldsStrippedFromCachedObjects(t *testing.T) {
 // TestExplicitClientRatePolicy: item 10, "an explicit, documented client
 // rate policy for the manager". ctrl.GetConfig hands main a config with
 // QPS -1 (no client-side limit at all); the manager's clients get the
-// operator's own limits instead.
+// operator's own limits instead: the defaults, or --kube-api-qps and
+// --kube-api-burst, and a negative QPS only when asked for.
 func TestExplicitClientRatePolicy(t *testing.T) {
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst = -1, 0 // what ctrl.GetConfig returns for a kubeconfig that sets none
-	op, err := New(context.Background(), cfg, Options{
-		ProvidersConfig: writeConfig(t, "providers:\n- {name: rate, type: local, local: {bindCIDR: 127.0.126.0/24}}\n"),
-		MetricsAddr:     "0", ProbeAddr: "0", InstallationID: "rate", SkipControllerNameValidation: true,
-	})
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		what      string
+		args      []string
+		wantQPS   float32
+		wantBurst int
+	}{
+		{"defaults", nil, DefaultKubeAPIQPS, DefaultKubeAPIBurst},
+		{"flags", []string{"--kube-api-qps=7.5", "--kube-api-burst=9"}, 7.5, 9},
+		{"limit turned off", []string{"--kube-api-qps=-1"}, -1, DefaultKubeAPIBurst},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			var o Options
+			fs := flag.NewFlagSet("operator", flag.ContinueOnError)
+			o.BindFlags(fs)
+			if err := fs.Parse(append([]string{
+				"--providers-config=" + writeConfig(t, "providers:\n- {name: rate, type: local, local: {bindCIDR: 127.0.126.0/24}}\n"),
+				"--installation-id=rate", "--health-probe-bind-address=0",
+			}, tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			o.SkipControllerNameValidation = true
+			cfg := rest.CopyConfig(env.Config)
+			cfg.QPS, cfg.Burst = -1, 0 // what ctrl.GetConfig returns for a kubeconfig that sets none
+			op, err := New(context.Background(), cfg, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(op.close)
+			got := op.Manager.GetConfig()
+			if got.QPS != tc.wantQPS || got.Burst != tc.wantBurst {
+				t.Errorf("the manager's clients run with QPS %v burst %d, want %v and %d", got.QPS, got.Burst, tc.wantQPS, tc.wantBurst)
+			}
+			// The clients are built from that config: a REST client made
+			// from it the way controller-runtime makes its own limits the
+			// same way.
+			rc, err := rest.RESTClientForConfigAndClient(restConfigFor(got), op.Manager.GetHTTPClient())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rl := rc.GetRateLimiter(); (rl == nil) != (tc.wantQPS < 0) || (rl != nil && rl.QPS() != tc.wantQPS) {
+				t.Errorf("rate limiter %v, want QPS %v", rl, tc.wantQPS)
+			}
+			if cfg.QPS != -1 {
+				t.Error("New changed the caller's config")
+			}
+		})
 	}
-	t.Cleanup(op.close)
-	if got := op.Manager.GetConfig(); got.QPS <= 0 || got.Burst <= 0 {
-		t.Errorf("the manager's clients run with QPS %v burst %d, want an explicit client-side limit", got.QPS, got.Burst)
+	if err := (Options{ProvidersConfig: "x", KubeAPIBurst: -1}).checkFlags(); err == nil || !strings.Contains(err.Error(), "--kube-api-burst -1") {
+		t.Errorf("a negative burst: %v", err)
 	}
+}
+
+// restConfigFor is cfg ready for a plain REST client of the core group.
+func restConfigFor(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &corev1.SchemeGroupVersion
+	c.APIPath = "/api"
+	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	return c
 }

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
@@ -211,6 +214,57 @@ func TestChangedEntryClosedOnlyAfterInFlightCallsEnd(t *testing.T) {
 			testenv.Eventually(t, "the old provider closed once its call ended", old.closed.Load)
 			if old.closedDuringCall.Load() {
 				t.Error("Close ran while the call was inside the provider")
+			}
+		})
+	}
+}
+
+// The drain is bounded: a call that never ends does not keep a replaced
+// provider open past DrainTimeout, and a line says it was closed anyway.
+// Close, at shutdown, ends every drain at once.
+func TestDrainIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		what  string
+		drain time.Duration
+		end   func(r *Registry)
+		log   bool
+	}{
+		{"past DrainTimeout", time.Millisecond, func(*Registry) {}, true},
+		{"at Close", time.Hour, func(r *Registry) { r.Close() }, false},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			var built []*blockingStub
+			r := New(blockingTypes(&built), provider.Options{})
+			var logged atomic.Int32
+			var line atomic.Value
+			r.Log = funcr.New(func(_, args string) { line.Store(args); logged.Add(1) }, funcr.Options{})
+			r.DrainTimeout = tc.drain
+			t.Cleanup(r.Close)
+			if err := r.Apply(entries(t, r, "providers:\n- {name: a, type: held}\n")); err != nil {
+				t.Fatal(err)
+			}
+			e, _ := r.Get("a")
+			old := built[0]
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, _ = e.Provider.Get(context.Background(), "id") // ends only on release
+			}()
+			t.Cleanup(func() { close(old.release); <-done })
+			<-old.entered
+
+			if err := r.Apply(entries(t, r, "providers: []\n")); err != nil {
+				t.Fatal(err)
+			}
+			tc.end(r)
+			testenv.Eventually(t, "the stuck provider closed anyway", old.closed.Load)
+			if tc.log {
+				testenv.Eventually(t, "a line saying so", func() bool { return logged.Load() == 1 })
+				if s, _ := line.Load().(string); !strings.Contains(s, `"provider"="a"`) || !strings.Contains(s, `"inFlight"=1`) {
+					t.Errorf("log line %s, want the provider and the calls in flight", s)
+				}
+			} else if logged.Load() != 0 {
+				t.Errorf("Close logged %d lines", logged.Load())
 			}
 		})
 	}
