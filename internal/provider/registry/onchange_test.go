@@ -1,8 +1,13 @@
 package registry
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
@@ -55,4 +60,43 @@ func sortedCSV(s string) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// failingStub returns a plain error from every Get, naming nothing.
+type failingStub struct{ stub }
+
+func (f *failingStub) Get(context.Context, string) (provider.Instance, error) {
+	return provider.Instance{}, errors.New("backend said no")
+}
+
+// Item 11: a provider used through the registry sits behind the method
+// boundary: its errors name the configured entry and the operation, and
+// each call writes an outcome line named after the type, although the
+// provider itself names and logs nothing.
+func TestEntriesAreBehindTheMethodBoundary(t *testing.T) {
+	types := map[string]Type{"bare": TypeOf(parseStub, func(name string, _ stubConfig, _ provider.Options) (*failingStub, error) {
+		return &failingStub{stub{name: name}}, nil
+	}, 0)}
+	r := New(types, provider.Options{})
+	t.Cleanup(r.Close)
+	if err := r.Apply(entries(t, r, "providers:\n- {name: eu-pool, type: bare}\n")); err != nil {
+		t.Fatal(err)
+	}
+	e, err := r.Get("eu-pool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	ctx := logr.NewContext(context.Background(), funcr.New(func(prefix, args string) { lines = append(lines, prefix+" "+args) }, funcr.Options{Verbosity: 1}))
+	_, err = e.Provider.Get(ctx, "vm-1")
+	var pe *provider.Error
+	if !errors.As(err, &pe) || pe.Provider != "eu-pool" || pe.Op != provider.OpGet || !errors.Is(err, provider.ErrTransient) {
+		t.Errorf("error %#v: want a Transient *provider.Error naming eu-pool and get", err)
+	}
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "bare ") || !strings.Contains(lines[0], `"msg"="get failed"`) || !strings.Contains(lines[0], `"provider"="eu-pool"`) {
+		t.Errorf("log lines %q, want one get-failed line from logger bare", lines)
+	}
+	if _, ok := provider.Unwrap(e.Provider).(*failingStub); !ok {
+		t.Errorf("Unwrap reaches %T, want the provider itself", provider.Unwrap(e.Provider))
+	}
 }
