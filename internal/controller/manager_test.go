@@ -203,7 +203,7 @@ func TestProviderAddedReleasesWaitingProxies(t *testing.T) {
 	reg := registry.New(registry.DefaultTypes(), providerOptions())
 	t.Cleanup(reg.Close)
 	changed := make(chan event.GenericEvent, 1)
-	reg.OnChange(func() { changed <- ProvidersChangedEvent("late") })
+	reg.OnChange(func(names []string) { changed <- ProvidersChangedEvent(names[0]) })
 	m := startManager(t, reg, 0, changed)
 
 	m.create(t, newProxy("web", "late"))

@@ -112,7 +112,8 @@ func (specOrLifecycleChanged) Update(e event.UpdateEvent) bool {
 }
 
 // ProvidersChangedEvent is the event sent on the providers-changed channel
-// for the provider entry named name.
+// for the providers-config entry name (added, rebuilt or removed): its
+// Object's Name is the entry's name.
 func ProvidersChangedEvent(name string) event.GenericEvent {
 	return event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}}}
 }

@@ -10,9 +10,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"maps"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -68,6 +65,12 @@ type Options struct {
 
 	InstallationID string
 
+	// KubeAPIQPS and KubeAPIBurst are the client-side rate limit of the
+	// manager's clients (docs/operations.md, "Client rate limits"). Zero
+	// means the default; a negative QPS turns the limit off.
+	KubeAPIQPS   float64
+	KubeAPIBurst int
+
 	MaxConcurrentReconciles int
 	ProviderCallTimeout     time.Duration
 	RunningResync           time.Duration
@@ -107,6 +110,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 2*time.Second, "Time between renewals (one API write each) and between a standby's attempts.")
 	fs.DurationVar(&o.GracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long in-flight reconciles and provider calls may take to finish at shutdown.")
 	fs.StringVar(&o.InstallationID, "installation-id", "", "Identity marked on every instance, so installations sharing a backend never touch each other's instances (default: the kube-system namespace's UID).")
+	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", DefaultKubeAPIQPS, "Requests per second the manager's clients may send to the API server on average; a negative value turns the client-side limit off and leaves throttling to the API server's priority and fairness.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", DefaultKubeAPIBurst, "Requests the manager's clients may send at once above --kube-api-qps.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", controller.DefaultMaxConcurrentReconciles, "How many Proxies are reconciled at once.")
 	fs.DurationVar(&o.ProviderCallTimeout, "provider-call-timeout", controller.DefaultCallTimeout, "Longest a single provider call may take.")
 	fs.DurationVar(&o.RunningResync, "running-resync", controller.DefaultRunningResync, "How often a running instance is read again to notice it vanished or stopped.")
@@ -117,6 +122,15 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.HealthTimeout, "health-timeout", health.DefaultTimeout, "Longest one provider health check may take.")
 	fs.DurationVar(&o.HealthHeartbeat, "health-heartbeat", health.DefaultHeartbeat, "Longest a ProviderHealth's lastCheckTime goes unwritten when nothing changed.")
 }
+
+// The manager's default client-side rate limit. controller-runtime's
+// ctrl.GetConfig turns client-side limiting off (QPS -1) and client-go's
+// own default (5 QPS, burst 10) would queue a fleet's writes for minutes;
+// docs/operations.md gives the reasons for these values.
+const (
+	DefaultKubeAPIQPS   = 50
+	DefaultKubeAPIBurst = 100
+)
 
 // Operator is the wired operator, ready to Run.
 type Operator struct {
@@ -143,6 +157,9 @@ func (o Options) checkFlags() error {
 	if o.ProvidersConfig == "" {
 		return errors.New("--providers-config is required")
 	}
+	if o.KubeAPIBurst < 0 {
+		return fmt.Errorf("--kube-api-burst %d: must not be negative", o.KubeAPIBurst)
+	}
 	return gc.CheckGrace(orDur(o.GCGrace, gc.DefaultGrace), orDur(o.ProviderCallTimeout, controller.DefaultCallTimeout))
 }
 
@@ -162,6 +179,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 		return nil, err
 	}
 	types := o.types()
+	cfg = rateLimited(cfg, o)
 	if o.InstallationID == "" {
 		if o.InstallationID, err = defaultInstallationID(ctx, cfg); err != nil {
 			return nil, err
@@ -189,6 +207,10 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	})
 
 	op.Registry = registry.New(types, provider.Options{InstallationID: o.InstallationID}, telemetry.Decorate(tp))
+	// No caller's provider call outlives the longest of these timeouts, so
+	// a replaced provider is closed once they have passed at the latest.
+	op.Registry.DrainTimeout = max(orDur(o.ProviderCallTimeout, controller.DefaultCallTimeout), orDur(o.HealthTimeout, health.DefaultTimeout))
+	op.Registry.Log = ctrl.Log.WithName("registry")
 	op.cleanup = append([]func(){op.Registry.Close}, op.cleanup...)
 
 	mgr, err := ctrl.NewManager(cfg, managerOptions(o))
@@ -197,25 +219,14 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	}
 	op.Manager = mgr
 
-	providersChanged := make(chan event.GenericEvent, 1)
+	// One event per changed entry, each delivered: the reconciler
+	// re-evaluates the Proxies of that entry only.
+	providersChanged := make(chan event.GenericEvent)
+	changes := newProviderChanges(providersChanged)
 	healthLoop := &health.Loop{Client: mgr.GetClient(), Providers: op.Registry, TracerProvider: tp,
 		Interval: o.HealthInterval, Timeout: o.HealthTimeout, Heartbeat: o.HealthHeartbeat}
-	// Interim until the registry reports which entries changed: every
-	// entry, present or past, is re-evaluated.
-	var seenMu sync.Mutex
-	seen := map[string]bool{}
-	op.Registry.OnChange(func() {
-		seenMu.Lock()
-		for _, e := range op.Registry.Entries() {
-			seen[e.Name] = true
-		}
-		names := slices.Sorted(maps.Keys(seen))
-		seenMu.Unlock()
-		go func() {
-			for _, n := range names {
-				providersChanged <- controller.ProvidersChangedEvent(n)
-			}
-		}()
+	op.Registry.OnChange(func(changed []string) {
+		changes.add(changed)
 		healthLoop.Trigger()
 	})
 
@@ -254,7 +265,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	if err := healthLoop.Validate(); err != nil {
 		return nil, fmt.Errorf("health loop: %w", err)
 	}
-	for _, r := range []manager.Runnable{watcher, collector, healthLoop} {
+	for _, r := range []manager.Runnable{changes, watcher, collector, healthLoop} {
 		if err := mgr.Add(r); err != nil {
 			return nil, err
 		}
@@ -302,6 +313,9 @@ func managerOptions(o Options) ctrl.Options {
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &grace,
 	}
+	// The cache holds every Proxy and ProviderHealth for the operator's
+	// life; nothing reads their managedFields, often the larger part.
+	opts.Cache.DefaultTransform = cache.TransformStripManagedFields()
 	if o.LeaseDuration > 0 {
 		opts.LeaseDuration = &o.LeaseDuration
 	}
@@ -360,6 +374,25 @@ func defaultInstallationID(ctx context.Context, cfg *rest.Config) (string, error
 		return "", fmt.Errorf("deriving --installation-id from the kube-system namespace: %w (set --installation-id explicitly)", err)
 	}
 	return string(ns.UID), nil
+}
+
+// rateLimited is cfg with the manager's explicit client-side rate limit
+// (Options.KubeAPIQPS and KubeAPIBurst, or their defaults), replacing what
+// the kubeconfig or ctrl.GetConfig set (QPS -1: none).
+func rateLimited(cfg *rest.Config, o Options) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	qps, burst := o.KubeAPIQPS, o.KubeAPIBurst
+	if qps == 0 {
+		qps = DefaultKubeAPIQPS
+	}
+	if burst == 0 {
+		burst = DefaultKubeAPIBurst
+	}
+	cfg.QPS, cfg.Burst, cfg.RateLimiter = float32(qps), burst, nil
+	if qps < 0 {
+		cfg.QPS = -1 // off: client-go makes no limiter for a QPS below 0
+	}
+	return cfg
 }
 
 func orDur(d, def time.Duration) time.Duration {

@@ -63,7 +63,10 @@ func proxyFrom(ctx context.Context) proxyID {
 //
 // The registry takes the entry's io.Closer from the undecorated provider
 // before decorators run, so closing keeps working; code that needs the
-// undecorated provider (tests reaching a fake's knobs) calls Unwrap.
+// undecorated provider (tests reaching a fake's knobs) calls Unwrap. The
+// registry applies the decorators over its method boundary
+// (provider.WithBoundary), so the provider's outcome lines carry the span's
+// IDs.
 func Decorate(tp trace.TracerProvider) registry.Decorator {
 	tr := tracerOf(tp)
 	return func(e *registry.Entry) {
@@ -75,13 +78,9 @@ func Decorate(tp trace.TracerProvider) registry.Decorator {
 	}
 }
 
-// Unwrap returns the provider a decorator wrapped, or p itself.
-func Unwrap(p provider.Provider) provider.Provider {
-	if t, ok := p.(*tracedProvider); ok {
-		return t.inner
-	}
-	return p
-}
+// Unwrap returns the provider under the decorators and the registry's
+// layers (provider.Unwrap), or p itself.
+func Unwrap(p provider.Provider) provider.Provider { return provider.Unwrap(p) }
 
 // meter holds one entry's identity and spans and counts its calls.
 type meter struct {
@@ -168,6 +167,9 @@ type tracedProvider struct {
 }
 
 var _ provider.Provider = (*tracedProvider)(nil)
+
+// Unwrap returns the provider under the decorator.
+func (p *tracedProvider) Unwrap() provider.Provider { return p.inner }
 
 func (p *tracedProvider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
 	ctx, c := p.m.begin(ctx, provider.OpCreate, SpanCreate, "", &req)

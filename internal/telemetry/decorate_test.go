@@ -115,13 +115,17 @@ func TestReconcileSpanParentsProviderSpans(t *testing.T) {
 	wantAttrs(t, spanNamed(t, spans, telemetry.SpanCheck), map[string]string{"provider.check.healthy": "true", "provider.check.reason": provider.ReasonHealthy})
 
 	// Log lines: the reconciler's carry the reconcile span, the provider's
-	// their operation span, each ID once, the values added in between
-	// survive, and the caller is still the line that logged.
+	// (and the boundary's outcome lines) their operation span, each ID once,
+	// the values added in between survive, and the caller is still the line
+	// that logged.
 	for _, tc := range []struct{ msg, span, file string }{
 		{"reconciling", "reconcile Proxy", "decorate_test.go"},
 		{"fake instance read", telemetry.SpanGet, "ops.go"},
 		{"fake instances listed", telemetry.SpanList, "ops.go"},
 		{"fake delete", telemetry.SpanDelete, "ops.go"},
+		// The registry's method boundary writes the outcome lines.
+		{"create done", telemetry.SpanCreate, "boundary.go"},
+		{"get done", telemetry.SpanGet, "boundary.go"},
 	} {
 		line, raw := logs.find(t, tc.msg)
 		s := spanNamed(t, spans, tc.span)

@@ -35,10 +35,7 @@ var (
 // or the review itself refused), Unauthorized, Timeout, APIError,
 // Unreachable. Details: serverVersion, namespace, missing.
 func (p *Provider) Check(ctx context.Context) provider.CheckResult {
-	res := p.check(ctx)
-	p.logger(ctx).V(1).Info("check done", "healthy", res.Healthy, "reason", res.Reason,
-		"message", res.Message, "missing", res.Details["missing"])
-	return res
+	return p.check(ctx)
 }
 
 func (p *Provider) check(ctx context.Context) provider.CheckResult {

@@ -45,6 +45,11 @@ type Config struct {
 	Resources MachineType `json:"resources,omitempty"`
 	// MachineTypes is the catalogue placement.machineType picks from.
 	MachineTypes map[string]MachineType `json:"machineTypes,omitempty"`
+	// ClientQPS and ClientBurst are the client-side rate limit of the
+	// provider's own API client (docs/operations.md, "Client rate
+	// limits"): sustained requests per second, and the burst above it.
+	ClientQPS   float32 `json:"clientQPS,omitempty"`
+	ClientBurst int     `json:"clientBurst,omitempty"`
 }
 
 // MachineType is a CPU and memory size.
@@ -68,6 +73,12 @@ func (c *Config) Default() {
 	if c.Resources.Memory == "" {
 		c.Resources.Memory = DefaultMemory
 	}
+	if c.ClientQPS == 0 {
+		c.ClientQPS = DefaultClientQPS
+	}
+	if c.ClientBurst == 0 {
+		c.ClientBurst = DefaultClientBurst
+	}
 }
 
 // Validate checks a defaulted config; every error names its field under path.
@@ -86,6 +97,12 @@ func (c *Config) Validate(path *field.Path) field.ErrorList {
 			"must be a UID above 0: Pod Security \"restricted\" forbids root"))
 	}
 	errs = append(errs, c.Resources.validate(path.Child("resources"), true)...)
+	if c.ClientQPS <= 0 {
+		errs = append(errs, field.Invalid(path.Child("clientQPS"), c.ClientQPS, "must be above 0: the provider's client always has a client-side limit"))
+	}
+	if c.ClientBurst < 1 {
+		errs = append(errs, field.Invalid(path.Child("clientBurst"), c.ClientBurst, "must be at least 1"))
+	}
 	names := make([]string, 0, len(c.MachineTypes))
 	for n := range c.MachineTypes {
 		names = append(names, n)

@@ -26,6 +26,7 @@ func TestConformance(t *testing.T) {
 	ensureNamespace(t, conformanceNamespace, nil)
 	providertest.Run(t, providertest.Harness{
 		Name: testProviderName,
+		Type: Type,
 		New: func(t *testing.T, installation string) (provider.Provider, providertest.Backend) {
 			p := newAPIProvider(t, installation, Config{}, nil)
 			b := &apiBackend{cs: cs, ns: conformanceNamespace}

@@ -21,15 +21,11 @@ import (
 // CloudInit is ignored: the Pod runs Squid from the image with a generated
 // config, and no image here runs cloud-init.
 func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
-	log := p.logger(ctx).WithValues("name", req.Name)
-	inst, how, err := p.create(ctx, log, req)
-	if err != nil {
-		err = p.wrap(provider.OpCreate, nil, err)
-		outcome(log, provider.OpCreate, err)
-		return provider.Instance{}, err
+	inst, how, err := p.create(ctx, p.logger(ctx), req)
+	if err == nil {
+		provider.Note(ctx, "outcome", how)
 	}
-	outcome(log, provider.OpCreate, nil, "id", inst.ID, "state", inst.State, "outcome", how)
-	return inst, nil
+	return inst, err
 }
 
 func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.CreateRequest) (provider.Instance, string, error) {

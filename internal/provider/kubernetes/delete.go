@@ -15,15 +15,9 @@ import (
 // (Get reads Terminated until it is gone). An object that is gone, or that
 // is not ours, counts as deleted and is left alone.
 func (p *Provider) Delete(ctx context.Context, id string) error {
-	log := p.logger(ctx).WithValues("id", id)
 	deleted, err := p.delete(ctx, id)
-	if err != nil {
-		err = p.wrap(provider.OpDelete, nil, err)
-		outcome(log, provider.OpDelete, err)
-		return err
-	}
-	outcome(log, provider.OpDelete, nil, "deleted", deleted)
-	return nil
+	provider.Note(ctx, "deleted", deleted)
+	return err
 }
 
 // deleter is one kind of the instance's objects, as Delete sees it.

@@ -12,15 +12,9 @@ import (
 )
 
 // Errors are classified where they arise (classify at each API call,
-// provider.Errorf where the provider knows the class) and wrap only adds the
-// provider name and the operation at the boundary, so a class is decided
-// once.
-
-// wrap gives err this provider's name and op; class applies only to an err
-// that carries none yet.
-func (p *Provider) wrap(op string, class, err error) error {
-	return provider.Wrap(p.name, op, class, err)
-}
+// provider.Errorf where the provider knows the class) and the method
+// boundary (provider.WithBoundary) only adds the provider name and the
+// operation, so a class is decided once.
 
 // quotaMessage is what the ResourceQuota admission plugin says when a
 // request would exceed a quota ("exceeded quota: <name>, requested: ...").

@@ -12,15 +12,7 @@ import (
 // has an IP, Terminated once it ended or is being deleted (never Running
 // then). A Pod that is gone, or that lost our mark, is NotFound.
 func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error) {
-	log := p.logger(ctx).WithValues("id", id)
-	inst, err := p.get(ctx, id)
-	if err != nil {
-		err = p.wrap(provider.OpGet, nil, err)
-		outcome(log, provider.OpGet, err)
-		return provider.Instance{}, err
-	}
-	outcome(log, provider.OpGet, nil, "state", inst.State, "ip", inst.IP)
-	return inst, nil
+	return p.get(ctx, id)
 }
 
 func (p *Provider) get(ctx context.Context, id string) (provider.Instance, error) {

@@ -110,6 +110,10 @@ func newAPIProvider(t *testing.T, installation string, cfg Config, rc *rest.Conf
 	return p
 }
 
+// bounded is p behind the method boundary the registry puts every provider
+// behind, which names errors and writes the outcome lines.
+func bounded(p *Provider) provider.Provider { return provider.WithBoundary(testProviderName, Type, p) }
+
 // playKubelet does what the kubelet would for a Pod whose Squid accepts
 // connections: phase Running, a Pod IP, and the Ready condition, written
 // through the status subresource.

@@ -34,12 +34,15 @@ const Type = "kubernetes"
 // scheduled and ready within seconds.
 const PollInterval = 2 * time.Second
 
-// Client-side rate limits of the provider's own client. client-go's default
-// (5 QPS) would make a burst of reconciles queue behind each other for no
-// benefit; the API server's priority and fairness still applies.
+// Default client-side rate limits of the provider's own client (the
+// entry's clientQPS and clientBurst). A Create is about four requests and a
+// Delete six, so 20 QPS lets a burst of reconciles after a restart make
+// several instances a second without queueing behind each other, while one
+// operator cannot flood the API server; its priority and fairness still
+// applies on top. docs/operations.md gives the reasons in full.
 const (
-	clientQPS   = 20
-	clientBurst = 40
+	DefaultClientQPS   = 20
+	DefaultClientBurst = 40
 )
 
 // Provider runs instances as Pods. It implements provider.Provider and
@@ -103,9 +106,9 @@ func (p *Provider) clientFor() (clientset.Interface, error) {
 		return nil, provider.Errorf(provider.ErrTransient, "loading the cluster config: %w", err)
 	}
 	rc = rest.CopyConfig(rc)
-	if rc.QPS == 0 {
-		rc.QPS, rc.Burst = clientQPS, clientBurst
-	}
+	// Always the entry's limit: ctrl.GetConfig sets QPS -1 (no client-side
+	// limit at all), and a limiter carried in rc would override QPS.
+	rc.QPS, rc.Burst, rc.RateLimiter = p.cfg.ClientQPS, p.cfg.ClientBurst, nil
 	rc.UserAgent = "egress-proxies-operator/" + Type + "-provider"
 	// Wrap chains after any wrapper rc already has: the test seam is closest
 	// to the wire, then the log line, then the span, so a span covers the

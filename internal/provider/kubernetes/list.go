@@ -19,15 +19,7 @@ const listPageSize = 500
 // does the filtering on the API server; State and IP are left out, as the
 // contract allows. A failed page fails the whole listing (fail-whole).
 func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
-	log := p.logger(ctx)
-	list, err := p.list(ctx)
-	if err != nil {
-		err = p.wrap(provider.OpList, nil, err)
-		outcome(log, provider.OpList, err)
-		return nil, err
-	}
-	outcome(log, provider.OpList, nil, "instances", len(list))
-	return list, nil
+	return p.list(ctx)
 }
 
 // selector matches this installation's managed objects.

@@ -8,8 +8,6 @@ import (
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
 // Logging tiers: V(1) one line per operation outcome and one
@@ -17,14 +15,11 @@ import (
 // spec, objects left alone). CloudInit is never passed to a logger: nothing
 // in this package reads it. Request and response bodies are never logged.
 
-// logger is the ctx's logger, named and tagged with the provider.
+// logger is the call's logger: the method boundary (provider.WithBoundary,
+// applied by the registry) has named it and tagged it with the provider,
+// and writes each call's outcome line.
 func (p *Provider) logger(ctx context.Context) logr.Logger {
-	return provider.Logger(ctx, Type, p.name)
-}
-
-// outcome writes the one V(1) line that ends operation op.
-func outcome(log logr.Logger, op string, err error, kv ...any) {
-	provider.LogOutcome(log, op, err, kv...)
+	return logr.FromContextOrDiscard(ctx)
 }
 
 // observeTransport wraps the client's transport: one V(1) log line per API

@@ -22,9 +22,7 @@ const checkDialTimeout = 2 * time.Second
 // accept), Unreachable (the range cannot be bound, or the provider is
 // closed), Timeout (ctx ended), APIError (an injected fault).
 func (p *Provider) Check(ctx context.Context) provider.CheckResult {
-	res := p.check(ctx)
-	p.logger(ctx).V(1).Info("check done", "healthy", res.Healthy, "reason", res.Reason, "message", res.Message)
-	return res
+	return p.check(ctx)
 }
 
 // listenerTarget is one instance as Check sees it.

@@ -13,6 +13,7 @@ import (
 func TestConformance(t *testing.T) {
 	providertest.Run(t, providertest.Harness{
 		Name: testProviderName,
+		Type: Type,
 		New: func(t *testing.T, installation string) (provider.Provider, providertest.Backend) {
 			p := newTestProvider(t, installation, 24)
 			return p, newTestBackend(p)

@@ -25,15 +25,11 @@ const maxInUse = 1024
 // returns it Running, or adopts the instance already recorded under
 // req.Name.
 func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
-	log := p.logger(ctx).WithValues("name", req.Name)
-	inst, how, err := p.create(ctx, log, req)
-	if err != nil {
-		err = p.wrap(provider.OpCreate, nil, err)
-		outcome(log, provider.OpCreate, err)
-		return provider.Instance{}, err
+	inst, how, err := p.create(ctx, p.logger(ctx), req)
+	if err == nil {
+		provider.Note(ctx, "outcome", how)
 	}
-	outcome(log, provider.OpCreate, nil, "id", inst.ID, "ip", inst.IP, "outcome", how)
-	return inst, nil
+	return inst, err
 }
 
 func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.CreateRequest) (provider.Instance, string, error) {

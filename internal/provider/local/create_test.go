@@ -38,7 +38,7 @@ func TestCreateValidatesRequest(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := request("valid")
 			tc.edit(&req)
-			_, err := p.Create(context.Background(), req)
+			_, err := bounded(p).Create(context.Background(), req)
 			wantClass(t, "Create", err, provider.ErrPermanent)
 			if err == nil {
 				return
@@ -177,7 +177,7 @@ func TestCreateExhaustsRange(t *testing.T) {
 	for _, name := range []string{"q1", "q2", "q3"} {
 		mustCreate(t, p, request(name))
 	}
-	_, err := p.Create(context.Background(), request("q4"))
+	_, err := bounded(p).Create(context.Background(), request("q4"))
 	wantClass(t, "Create in a full range", err, provider.ErrQuotaExceeded)
 	if err == nil {
 		return

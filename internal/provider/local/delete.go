@@ -10,15 +10,11 @@ import (
 // forgets it, and returns once its handlers have all returned. An instance
 // that is gone, or that is not ours, counts as deleted and is left alone.
 func (p *Provider) Delete(ctx context.Context, id string) error {
-	log := p.logger(ctx).WithValues("id", id)
 	how, err := p.delete(ctx, id)
-	if err != nil {
-		err = p.wrap(provider.OpDelete, nil, err)
-		outcome(log, provider.OpDelete, err)
-		return err
+	if err == nil {
+		provider.Note(ctx, "outcome", how)
 	}
-	outcome(log, provider.OpDelete, nil, "outcome", how)
-	return nil
+	return err
 }
 
 func (p *Provider) delete(ctx context.Context, id string) (string, error) {

@@ -18,7 +18,7 @@ func TestGet(t *testing.T) {
 	if err != nil || got != created {
 		t.Errorf("Get = %+v, %v; want %+v", got, err, created)
 	}
-	_, err = p.Get(context.Background(), instanceID("never-made"))
+	_, err = bounded(p).Get(context.Background(), instanceID("never-made"))
 	wantClass(t, "Get of an unknown ID", err, provider.ErrNotFound)
 	wantProviderError(t, err, provider.OpGet)
 
@@ -112,7 +112,7 @@ func TestDeleteDrainCutShort(t *testing.T) {
 		}
 		return nil
 	}
-	err := p.Delete(ctx, inst.ID)
+	err := bounded(p).Delete(ctx, inst.ID)
 	wantClass(t, "Delete cut short while draining", err, provider.ErrTransient)
 	wantProviderError(t, err, provider.OpDelete)
 	p.fault = nil

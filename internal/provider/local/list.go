@@ -10,15 +10,7 @@ import (
 // ListByTag returns this installation's managed instances with ID, UID and
 // CreatedAt, sorted by ID. State and IP are left out, as the contract allows.
 func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
-	log := p.logger(ctx)
-	list, err := p.list(ctx)
-	if err != nil {
-		err = p.wrap(provider.OpList, nil, err)
-		outcome(log, provider.OpList, err)
-		return nil, err
-	}
-	outcome(log, provider.OpList, nil, "instances", len(list))
-	return list, nil
+	return p.list(ctx)
 }
 
 func (p *Provider) list(ctx context.Context) ([]provider.Instance, error) {

@@ -38,13 +38,13 @@ func TestMalformedIDThroughTheAPI(t *testing.T) {
 	p := newTestProvider(t, testInstallation, 24)
 	ctx := context.Background()
 	const bad = "vm-42"
-	_, err := p.Get(ctx, bad)
+	_, err := bounded(p).Get(ctx, bad)
 	wantClass(t, "Get", err, provider.ErrPermanent)
 	wantProviderError(t, err, provider.OpGet)
 	if !strings.Contains(err.Error(), `"vm-42"`) {
 		t.Errorf("Get error %q does not name the ID", err)
 	}
-	err = p.Delete(ctx, bad)
+	err = bounded(p).Delete(ctx, bad)
 	wantClass(t, "Delete", err, provider.ErrPermanent)
 	wantProviderError(t, err, provider.OpDelete)
 }

@@ -5,22 +5,17 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
-
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
 // Logging tiers: V(1) one line per operation outcome and per refused client,
 // V(2) detail (addresses, ranges, upstream failures). CloudInit is never
 // passed to a logger: nothing in this package reads it.
 
-// logger is the ctx's logger, named and tagged with the provider.
+// logger is the call's logger: the method boundary (provider.WithBoundary,
+// applied by the registry) has named it and tagged it with the provider,
+// and writes each call's outcome line.
 func (p *Provider) logger(ctx context.Context) logr.Logger {
-	return provider.Logger(ctx, Type, p.name)
-}
-
-// outcome writes the one V(1) line that ends operation op.
-func outcome(log logr.Logger, op string, err error, kv ...any) {
-	provider.LogOutcome(log, op, err, kv...)
+	return logr.FromContextOrDiscard(ctx)
 }
 
 // serverLog routes the standard library's log lines (http.Server and

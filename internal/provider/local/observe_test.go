@@ -7,8 +7,9 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
-// One V(1) line per operation outcome, named "local" and tagged with the
-// provider; detail (addresses, ranges) only at V(2).
+// Through the method boundary: one V(1) line per operation outcome, named
+// "local" and tagged with the provider, with what local noted (the create's
+// outcome); the provider's own detail (addresses, ranges) only at V(2).
 func TestLogTiers(t *testing.T) {
 	for _, tc := range []struct {
 		verbosity  int
@@ -16,21 +17,25 @@ func TestLogTiers(t *testing.T) {
 	}{{1, false}, {2, true}} {
 		ctx, logs := logCtx(tc.verbosity)
 		p := newTestProvider(t, testInstallation, 24)
-		inst, err := p.Create(ctx, request("logs", "127.0.0.0/8"))
+		bp := bounded(p)
+		inst, err := bp.Create(ctx, request("logs", "127.0.0.0/8"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _ = p.Get(ctx, inst.ID)
-		_, _ = p.ListByTag(ctx)
-		_ = p.Delete(ctx, inst.ID)
-		_, _ = p.Get(ctx, inst.ID) // NotFound
-		p.Check(ctx)
+		_, _ = bp.Get(ctx, inst.ID)
+		_, _ = bp.ListByTag(ctx)
+		_ = bp.Delete(ctx, inst.ID)
+		_, _ = bp.Get(ctx, inst.ID) // NotFound
+		bp.(provider.Checker).Check(ctx)
 
 		for _, msg := range []string{"create done", "get done", "list done", "delete done", "get failed", "check done"} {
 			lines := logs.find(`"msg"="`+msg+`"`, `"provider"="`+testProviderName+`"`, `"level"=1`)
 			if len(lines) != 1 || !strings.HasPrefix(lines[0], Type+" ") {
 				t.Errorf("V(%d): want one %q line from logger %q, found %q", tc.verbosity, msg, Type, lines)
 			}
+		}
+		if l := logs.find(`"msg"="create done"`, `"outcome"="created"`, `"ip"="`+inst.IP+`"`); len(l) != 1 {
+			t.Errorf("V(%d): the create line lacks its outcome or address: %q", tc.verbosity, logs.find("create done"))
 		}
 		if l := logs.find(`"msg"="get failed"`, `"class"="NotFound"`); len(l) != 1 {
 			t.Errorf("V(%d): the failed get does not carry its class: %q", tc.verbosity, logs.find("get failed"))
@@ -43,7 +48,7 @@ func TestLogTiers(t *testing.T) {
 	ctx, logs := logCtx(0)
 	p := newTestProvider(t, testInstallation, 24)
 	mustCreate(t, p, request("quiet"))
-	if _, err := p.Create(ctx, request("quiet")); err != nil || logs.String() != "" {
+	if _, err := bounded(p).Create(ctx, request("quiet")); err != nil || logs.String() != "" {
 		t.Errorf("V(0) logged %q", logs)
 	}
 }
@@ -58,11 +63,11 @@ func TestCloudInitNeverLogged(t *testing.T) {
 	for _, name := range []string{"ci-1", "ci-2", "ci-3", "ci-4"} { // the fourth exhausts the /30
 		req := request(name)
 		req.CloudInit = provider.Sensitive("#cloud-config\n# " + sentinel)
-		if _, err := p.Create(ctx, req); err != nil {
+		if _, err := bounded(p).Create(ctx, req); err != nil {
 			errs = append(errs, err.Error())
 		}
 		req.Port = 0
-		if _, err := p.Create(ctx, req); err != nil {
+		if _, err := bounded(p).Create(ctx, req); err != nil {
 			errs = append(errs, err.Error())
 		}
 	}

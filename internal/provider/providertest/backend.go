@@ -56,12 +56,16 @@ type Stopper interface {
 type Harness struct {
 	// Name is the configured provider name the provider was built with.
 	Name string
+	// Type is the provider type, the name of its logger; empty means Name.
+	Type string
 	// New builds a fresh provider (and its backend) marked with the given
-	// installation identity. Providers log through the logger in each call's
-	// ctx (logr.FromContextOrDiscard); the suite puts a capturing one there
-	// and reads it for leaked secrets, and in the leak case it reads the
-	// global loggers too (see captureGlobalLogs: the test binary must not
-	// call ctrl.SetLogger or klog.SetLogger itself).
+	// installation identity. The suite puts it behind the method boundary
+	// (provider.WithBoundary(Name, Type, p)), as the registry does, so the
+	// cases test the path the controllers call. Providers log through the
+	// logger in each call's ctx (logr.FromContextOrDiscard); the suite puts
+	// a capturing one there and reads it for leaked secrets, and in the leak
+	// case it reads the global loggers too (see captureGlobalLogs: the test
+	// binary must not call ctrl.SetLogger or klog.SetLogger itself).
 	New func(t *testing.T, installation string) (provider.Provider, Backend)
 	// Request returns a valid CreateRequest for this provider (placement,
 	// port) for a Proxy with the given name and UID. The suite fills Name
@@ -96,6 +100,13 @@ const (
 	// (Kubernetes' CreationTimestamp).
 	DefaultClockSkew = 2 * time.Second
 )
+
+func (h Harness) typeName() string {
+	if h.Type != "" {
+		return h.Type
+	}
+	return h.Name
+}
 
 func (h Harness) pollTimeout() time.Duration { return orDefault(h.PollTimeout, DefaultPollTimeout) }
 func (h Harness) callTimeout() time.Duration { return orDefault(h.CallTimeout, DefaultCallTimeout) }

@@ -66,6 +66,7 @@ func newEnv(t *testing.T, h Harness) *env {
 	if p == nil || b == nil {
 		t.Fatalf("Harness.New returned provider %v and backend %v; both are needed", p, b)
 	}
+	p = provider.WithBoundary(h.Name, h.typeName(), p)
 	logs := &logBuffer{}
 	logger := funcr.New(logs.write, funcr.Options{Verbosity: logVerbosity})
 	e := &env{

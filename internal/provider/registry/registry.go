@@ -1,7 +1,8 @@
 // Package registry builds one provider per providers-config entry from the
-// constructor map of provider types, wraps each in the decorators, and hands
-// them out by configured name. The types it knows are exactly the keys of
-// its Types map: there is no other allow-list.
+// constructor map of provider types, puts each behind the method boundary
+// (provider.WithBoundary) and the decorators, and hands them out by
+// configured name. The types it knows are exactly the keys of its Types
+// map: there is no other allow-list.
 package registry
 
 import (
@@ -12,10 +13,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
@@ -27,11 +30,15 @@ import (
 type Type struct {
 	// Parse decodes the entry's <type> block strictly, fills the defaults
 	// and validates; errors are under path. raw is nil when the entry has
-	// no block.
+	// no block. On reload an entry whose settings are reflect.DeepEqual to
+	// the running ones is kept as it is, however the block is written.
 	Parse func(raw json.RawMessage, path *field.Path) (any, field.ErrorList)
-	// New builds the provider. It must not reach the backend: a backend
-	// that is down at start must not stop the operator (the health loop
-	// reports it instead).
+	// New builds the provider from what Parse returned, and from nothing
+	// else, so equal settings make an equal provider. It must not reach the
+	// backend: a backend that is down at start must not stop the operator
+	// (the health loop reports it instead). The provider need not log its
+	// outcomes or name its errors: the registry puts it behind
+	// provider.WithBoundary.
 	New func(name string, settings any, opts provider.Options) (provider.Provider, error)
 	// PollInterval is how often the reconciler reads an instance that is
 	// still provisioning: seconds for Pods, longer for VMs that boot.
@@ -62,7 +69,8 @@ func TypeOf[C any, P provider.Provider](
 type Entry struct {
 	Name string
 	Type string
-	// Provider is the decorated provider.
+	// Provider is the decorated provider: the decorators around the
+	// in-flight count around the method boundary around the provider.
 	Provider provider.Provider
 	// Checker is nil when the provider cannot check its backend.
 	Checker provider.Checker
@@ -72,8 +80,10 @@ type Entry struct {
 	// so a failure latched on one configuration is retried on the next.
 	Revision string
 
-	raw    string // the entry's settings, to tell a changed entry on reload
-	closer io.Closer
+	settings any // as Parse returned them, to tell a changed entry on reload
+	closer   io.Closer
+	// calls is shared by copies of the entry, as its provider is.
+	calls *inflight
 }
 
 // Decorator wraps an entry's Provider and Checker (spans, metrics). It is
@@ -81,20 +91,41 @@ type Entry struct {
 // repeats cross-cutting concerns.
 type Decorator func(e *Entry)
 
+// DefaultDrainTimeout is how long a replaced or removed provider stays open
+// for the calls still inside it when Registry.DrainTimeout is not set: the
+// reconciler's default provider call timeout, past which no call of the
+// controllers is still running.
+const DefaultDrainTimeout = 15 * time.Minute
+
 // Registry holds the configured providers.
 type Registry struct {
+	// DrainTimeout bounds how long a replaced or removed entry's provider
+	// stays open for the calls still inside it (a reconcile that got the
+	// entry before the change); past it the provider is closed anyway and
+	// Log says so. Zero means DefaultDrainTimeout. Set before Apply.
+	DrainTimeout time.Duration
+	// Log gets the registry's own lines. The zero Logger discards them.
+	Log logr.Logger
+
 	types      map[string]Type
 	opts       provider.Options
 	decorators []Decorator
 
 	mu      sync.RWMutex
 	entries map[string]*Entry
-	changed []func()
+	changed []func(changed []string)
+
+	// draining counts retired entries waiting for their calls to end;
+	// stop, closed by Close, ends the wait.
+	draining sync.WaitGroup
+	stop     chan struct{}
+	stopOnce sync.Once
 }
 
 // New makes an empty registry over the given types.
 func New(types map[string]Type, opts provider.Options, decorators ...Decorator) *Registry {
-	return &Registry{types: types, opts: opts, decorators: decorators, entries: map[string]*Entry{}}
+	return &Registry{types: types, opts: opts, decorators: decorators, entries: map[string]*Entry{},
+		stop: make(chan struct{})}
 }
 
 // TypeNames lists the known types, sorted.
@@ -133,9 +164,12 @@ func parseAndValidate(r *Registry, data []byte) ([]config.Entry, error) {
 }
 
 // Apply validates every entry first and then swaps the provider set: entries
-// whose type and settings are unchanged keep their provider (and its
-// connections); changed and new ones are built; removed ones are closed.
-// Nothing changes when any entry is invalid or fails to build.
+// whose type and decoded settings are unchanged keep their provider (and its
+// connections, and a local provider's listeners); changed and new ones are
+// built; the providers of changed and removed ones are closed once the
+// calls still inside them ended (see DrainTimeout). Nothing changes when
+// any entry is invalid or fails to build. The OnChange listeners are told
+// the names of the entries added, rebuilt or removed.
 func (r *Registry) Apply(entries []config.Entry) error {
 	ps, err := r.parse(entries)
 	if err != nil {
@@ -149,7 +183,7 @@ func (r *Registry) Apply(entries []config.Entry) error {
 	next := make(map[string]*Entry, len(ps))
 	var built []*Entry
 	for _, p := range ps {
-		if prev, ok := old[p.e.Name]; ok && prev.Type == p.e.Type && prev.raw == string(p.e.Settings) {
+		if prev, ok := old[p.e.Name]; ok && prev.Type == p.e.Type && reflect.DeepEqual(prev.settings, p.settings) {
 			next[p.e.Name] = prev
 			continue
 		}
@@ -160,26 +194,35 @@ func (r *Registry) Apply(entries []config.Entry) error {
 			}
 			return fmt.Errorf("%s: %w", p.e.Path, err)
 		}
-		e.raw = string(p.e.Settings)
-		e.Revision = revision(p.e.Type, e.raw)
+		e.settings = p.settings
+		e.Revision = revision(p.e.Type, string(p.e.Settings))
 		built = append(built, e)
 		next[p.e.Name] = e
 	}
 
 	r.mu.Lock()
 	r.entries = next
-	listeners := append([]func(){}, r.changed...)
+	listeners := append([]func([]string){}, r.changed...)
 	r.mu.Unlock()
 
+	var changed []string
+	for _, e := range built {
+		changed = append(changed, e.Name)
+	}
 	for name, e := range old {
 		if next[name] != e {
-			closeEntry(e)
+			r.retire(e)
+			if next[name] == nil {
+				changed = append(changed, name)
+			}
 		}
 	}
-	if len(built) > 0 || len(old) != len(next) {
-		for _, f := range listeners {
-			f()
-		}
+	if len(changed) == 0 {
+		return nil
+	}
+	sort.Strings(changed)
+	for _, f := range listeners {
+		f(changed)
 	}
 	return nil
 }
@@ -212,18 +255,22 @@ func (r *Registry) parse(entries []config.Entry) ([]parsed, error) {
 	return ps, errs.ToAggregate()
 }
 
+// build makes the entry's provider and wraps it, innermost first: the
+// method boundary, the in-flight count, then the decorators.
 func (r *Registry) build(name, typ string, settings any) (*Entry, error) {
 	t := r.types[typ]
 	p, err := t.New(name, settings, r.opts)
 	if err != nil {
 		return nil, err
 	}
-	e := &Entry{Name: name, Type: typ, Provider: p, PollInterval: t.PollInterval}
-	if c, ok := p.(provider.Checker); ok {
-		e.Checker = c
-	}
+	e := &Entry{Name: name, Type: typ, PollInterval: t.PollInterval, calls: &inflight{}}
 	if c, ok := p.(io.Closer); ok {
 		e.closer = c
+	}
+	bounded := provider.WithBoundary(name, typ, p)
+	e.Provider = &counted{inner: bounded, calls: e.calls}
+	if c, ok := bounded.(provider.Checker); ok {
+		e.Checker = &countedChecker{inner: c, calls: e.calls}
 	}
 	for _, d := range r.decorators {
 		d(e)
@@ -236,10 +283,45 @@ func revision(typ, raw string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// closeEntry closes e's provider, once however often it is called.
 func closeEntry(e *Entry) {
-	if e.closer != nil {
-		_ = e.closer.Close()
+	e.calls.closed.Do(func() {
+		if e.closer != nil {
+			_ = e.closer.Close()
+		}
+	})
+}
+
+// retire closes e once the calls inside it have ended, or once
+// DrainTimeout has passed, or at Close, whichever comes first: at once
+// when no call is inside, else from a goroutine, so Apply never waits for
+// a call.
+func (r *Registry) retire(e *Entry) {
+	idle := e.calls.retire()
+	select {
+	case <-idle:
+		closeEntry(e)
+		return
+	default:
 	}
+	bound := r.DrainTimeout
+	if bound <= 0 {
+		bound = DefaultDrainTimeout
+	}
+	r.draining.Add(1)
+	go func() {
+		defer r.draining.Done()
+		timer := time.NewTimer(bound)
+		defer timer.Stop()
+		select {
+		case <-idle:
+		case <-r.stop:
+		case <-timer.C:
+			r.Log.Info("closing a replaced or removed provider with calls still in flight",
+				"provider", e.Name, "type", e.Type, "inFlight", e.calls.count(), "drainTimeout", bound)
+		}
+		closeEntry(e)
+	}()
 }
 
 // ErrUnknownProvider is returned by Get for a name that is not configured.
@@ -268,22 +350,28 @@ func (r *Registry) Entries() []*Entry {
 	return out
 }
 
-// OnChange registers f to run after every change of the provider set, so
-// that Proxies waiting for a provider are re-evaluated.
-func (r *Registry) OnChange(f func()) {
+// OnChange registers f to run after every change of the provider set with
+// the sorted names of the entries added, rebuilt or removed (never the
+// unchanged ones), so that the Proxies of those entries are re-evaluated.
+// f runs inside Apply: it must not block.
+func (r *Registry) OnChange(f func(changed []string)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.changed = append(r.changed, f)
 }
 
-// Close closes every provider; the registry is empty afterwards. main calls
-// it once the manager has stopped, so no reconcile still uses a provider.
+// Close closes every provider, those still draining after a change
+// included, without waiting for calls: main calls it once the manager has
+// stopped, so no reconcile still uses a provider. The registry is empty
+// afterwards.
 func (r *Registry) Close() {
 	r.mu.Lock()
 	old := r.entries
 	r.entries = map[string]*Entry{}
 	r.mu.Unlock()
+	r.stopOnce.Do(func() { close(r.stop) })
 	for _, e := range old {
 		closeEntry(e)
 	}
+	r.draining.Wait()
 }

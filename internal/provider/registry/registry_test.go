@@ -79,7 +79,7 @@ func TestApplyKeepsUnchangedRebuildsChangedClosesRemoved(t *testing.T) {
 	var built []*stub
 	r := New(testTypes(&built), provider.Options{})
 	changes := 0
-	r.OnChange(func() { changes++ })
+	r.OnChange(func([]string) { changes++ })
 
 	if err := r.Apply(entries(t, r, "providers:\n- {name: a, type: plain}\n- {name: b, type: plain, plain: {size: 2}}\n")); err != nil {
 		t.Fatal(err)
@@ -99,13 +99,13 @@ func TestApplyKeepsUnchangedRebuildsChangedClosesRemoved(t *testing.T) {
 	if a2 != a1 {
 		t.Error("unchanged entry a was rebuilt")
 	}
-	if b2 == b1 || b2.Provider.(*stub).size != 3 {
+	if b2 == b1 || provider.Unwrap(b2.Provider).(*stub).size != 3 {
 		t.Error("changed entry b was not rebuilt")
 	}
-	if !b1.Provider.(*stub).closed.Load() {
+	if !provider.Unwrap(b1.Provider).(*stub).closed.Load() {
 		t.Error("replaced provider b was not closed")
 	}
-	if a1.Provider.(*stub).closed.Load() {
+	if provider.Unwrap(a1.Provider).(*stub).closed.Load() {
 		t.Error("kept provider a was closed")
 	}
 	if changes != 2 {
@@ -119,7 +119,7 @@ func TestApplyKeepsUnchangedRebuildsChangedClosesRemoved(t *testing.T) {
 	if _, err := r.Get("a"); !errors.Is(err, ErrUnknownProvider) {
 		t.Errorf("Get(a) after removal = %v", err)
 	}
-	if !a1.Provider.(*stub).closed.Load() {
+	if !provider.Unwrap(a1.Provider).(*stub).closed.Load() {
 		t.Error("removed provider a was not closed")
 	}
 	if names := entryNames(r); names != "c" {
@@ -156,7 +156,7 @@ func TestInvalidApplyChangesNothing(t *testing.T) {
 		}
 	}
 	after, _ := r.Get("a")
-	if after != before || before.Provider.(*stub).closed.Load() {
+	if after != before || provider.Unwrap(before.Provider).(*stub).closed.Load() {
 		t.Error("an invalid config touched the running provider")
 	}
 	if len(built) != 1 {

@@ -1,0 +1,190 @@
+package provider
+
+import (
+	"context"
+	"sync"
+
+	"github.com/go-logr/logr"
+)
+
+// WithBoundary puts p behind the one method boundary every provider call
+// crosses, so that no provider repeats it. Around each call it
+//
+//   - gives the call a ctx whose logger is ctx's own (the reconcile's values,
+//     the span's IDs), named after providerType and tagged provider=<name>
+//     and the call's key (name for Create, id for Get and Delete): the
+//     provider logs its own detail with logr.FromContextOrDiscard(ctx);
+//   - wraps the error with the configured name and the operation (Wrap keeps
+//     a class decided at the source; an unclassified error is Transient),
+//     and returns the zero Instance with it;
+//   - writes one V(1) outcome line, "<op> done" with the Instance's ID,
+//     State and IP and whatever the provider noted with Note, or
+//     "<op> failed" with the notes, the class and the error.
+//
+// The result is a Checker exactly when p is one; Unwrap reaches p. The
+// registry applies it to every entry it builds (under the telemetry
+// decorators, so outcome lines carry the span's IDs), and the conformance
+// suite to every provider it tests, so both exercise the same path.
+func WithBoundary(name, providerType string, p Provider) Provider {
+	b := &boundary{name: name, typ: providerType, inner: p}
+	if c, ok := p.(Checker); ok {
+		return &checkingBoundary{boundary: b, checker: c}
+	}
+	return b
+}
+
+// Note adds key/value pairs to the outcome line of the provider call that
+// ctx belongs to (for example "outcome", "adopted"). Outside a boundary it
+// does nothing. Values are logged: never note a secret.
+func Note(ctx context.Context, kv ...any) {
+	if n, ok := ctx.Value(notesKey{}).(*notes); ok {
+		n.add(kv)
+	}
+}
+
+// Unwrap returns the provider under every layer that wraps one (the
+// boundary, the registry's and telemetry's decorators): each layer names
+// what it wraps with an Unwrap() Provider method. Tests use it to reach a
+// double's knobs.
+func Unwrap(p Provider) Provider {
+	for {
+		u, ok := p.(interface{ Unwrap() Provider })
+		if !ok {
+			return p
+		}
+		p = u.Unwrap()
+	}
+}
+
+type notesKey struct{}
+
+// notes are the values a provider noted during one call; a provider may
+// note from its own goroutines.
+type notes struct {
+	mu sync.Mutex
+	kv []any
+}
+
+func (n *notes) add(kv []any) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.kv = append(n.kv, kv...)
+}
+
+func (n *notes) values() []any {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]any(nil), n.kv...)
+}
+
+type boundary struct {
+	name, typ string
+	inner     Provider
+}
+
+type checkingBoundary struct {
+	*boundary
+	checker Checker
+}
+
+var (
+	_ Provider = (*boundary)(nil)
+	_ Checker  = (*checkingBoundary)(nil)
+)
+
+// Unwrap returns the provider behind the boundary.
+func (b *boundary) Unwrap() Provider { return b.inner }
+
+// call is one provider call crossing the boundary.
+type call struct {
+	b     *boundary
+	op    string
+	log   logr.Logger
+	notes *notes
+}
+
+// begin opens a call of op; kv are the call's key values, on every line.
+func (b *boundary) begin(ctx context.Context, op string, kv ...any) (context.Context, *call) {
+	log := logr.FromContextOrDiscard(ctx).WithName(b.typ).WithValues(append([]any{"provider", b.name}, kv...)...)
+	c := &call{b: b, op: op, log: log, notes: &notes{}}
+	return context.WithValue(logr.NewContext(ctx, log), notesKey{}, c.notes), c
+}
+
+// end names and classifies err and writes the outcome line; kv are the
+// result's values, logged on success.
+func (c *call) end(err error, kv ...any) error {
+	err = Wrap(c.b.name, c.op, nil, err)
+	v := c.log.V(1)
+	if !v.Enabled() {
+		return err
+	}
+	if err != nil {
+		v.Info(c.op+" failed", append(c.notes.values(), "class", ClassName(err), "error", err.Error())...)
+		return err
+	}
+	v.Info(c.op+" done", append(kv, c.notes.values()...)...)
+	return nil
+}
+
+// instanceValues are what an outcome line says about inst; empty fields
+// are left out.
+func instanceValues(inst Instance, withID bool) []any {
+	kv := make([]any, 0, 8)
+	if withID {
+		kv = append(kv, "id", inst.ID)
+	}
+	kv = append(kv, "state", inst.State)
+	if inst.IP != "" {
+		kv = append(kv, "ip", inst.IP)
+	}
+	if inst.Host != "" {
+		kv = append(kv, "host", inst.Host)
+	}
+	return kv
+}
+
+func (b *boundary) Create(ctx context.Context, req CreateRequest) (Instance, error) {
+	ctx, c := b.begin(ctx, OpCreate, "name", req.Name)
+	inst, err := b.inner.Create(ctx, req)
+	if err != nil {
+		return Instance{}, c.end(err)
+	}
+	return inst, c.end(nil, instanceValues(inst, true)...)
+}
+
+func (b *boundary) Get(ctx context.Context, id string) (Instance, error) {
+	ctx, c := b.begin(ctx, OpGet, "id", id)
+	inst, err := b.inner.Get(ctx, id)
+	if err != nil {
+		return Instance{}, c.end(err)
+	}
+	return inst, c.end(nil, instanceValues(inst, false)...)
+}
+
+func (b *boundary) Delete(ctx context.Context, id string) error {
+	ctx, c := b.begin(ctx, OpDelete, "id", id)
+	return c.end(b.inner.Delete(ctx, id))
+}
+
+func (b *boundary) ListByTag(ctx context.Context) ([]Instance, error) {
+	ctx, c := b.begin(ctx, OpList)
+	list, err := b.inner.ListByTag(ctx)
+	if err != nil {
+		return nil, c.end(err)
+	}
+	return list, c.end(nil, "instances", len(list))
+}
+
+// Check has no error to wrap: its outcome line carries the result.
+func (b *checkingBoundary) Check(ctx context.Context) CheckResult {
+	ctx, c := b.begin(ctx, OpCheck)
+	res := b.checker.Check(ctx)
+	if v := c.log.V(1); v.Enabled() {
+		kv := []any{"healthy", res.Healthy, "reason", res.Reason, "message", res.Message}
+		if len(res.Details) > 0 {
+			kv = append(kv, "details", res.Details)
+		}
+		v.Info("check done", append(kv, c.notes.values()...)...)
+	}
+	return res
+}

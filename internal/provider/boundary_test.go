@@ -1,0 +1,218 @@
+package provider_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// bare is a provider written with no logging and no wrapping at all: it
+// returns plain or source-classified errors and notes one value, as a new
+// provider would before anyone reviewed it.
+type bare struct{ fail map[string]error }
+
+func (b *bare) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
+	if err := b.fail[provider.OpCreate]; err != nil {
+		return provider.Instance{ID: "half-made"}, err
+	}
+	logr.FromContextOrDiscard(ctx).V(2).Info("inner detail")
+	provider.Note(ctx, "outcome", "adopted")
+	return provider.Instance{ID: "vm/" + req.Name, State: provider.StateRunning, IP: "192.0.2.7"}, nil
+}
+
+func (b *bare) Get(_ context.Context, id string) (provider.Instance, error) {
+	if err := b.fail[provider.OpGet]; err != nil {
+		return provider.Instance{}, err
+	}
+	return provider.Instance{ID: id, State: provider.StateProvisioning}, nil
+}
+
+func (b *bare) Delete(context.Context, string) error { return b.fail[provider.OpDelete] }
+
+func (b *bare) ListByTag(context.Context) ([]provider.Instance, error) {
+	if err := b.fail[provider.OpList]; err != nil {
+		return nil, err
+	}
+	return []provider.Instance{{ID: "a"}, {ID: "b"}}, nil
+}
+
+type bareChecker struct{ bare }
+
+func (bareChecker) Check(ctx context.Context) provider.CheckResult {
+	provider.Note(ctx, "probe", "tcp")
+	return provider.CheckResult{Healthy: false, Reason: provider.ReasonDegraded, Message: "1 of 2 down",
+		Details: map[string]string{"free": "3"}}
+}
+
+// lines captures log lines, one string each ("<name> <key/values>").
+type lines struct {
+	mu sync.Mutex
+	l  []string
+}
+
+func (c *lines) ctx(verbosity int) context.Context {
+	return logr.NewContext(context.Background(), funcr.New(func(prefix, args string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.l = append(c.l, prefix+" "+args)
+	}, funcr.Options{Verbosity: verbosity}))
+}
+
+// with returns the lines holding every one of subs.
+func (c *lines) with(subs ...string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+next:
+	for _, l := range c.l {
+		for _, s := range subs {
+			if !strings.Contains(l, s) {
+				continue next
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func (c *lines) all() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.Join(c.l, "\n")
+}
+
+// TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors: item 11, "one
+// method boundary for all providers". A provider with no logging and no
+// wrapping of its own gets, through the boundary, one V(1) outcome line
+// per call (named after its type, tagged with the configured name, with
+// the instance's values and what it noted), a logger in ctx for its own
+// lines, and errors that name the configured provider and the operation
+// and keep the class decided at the source.
+func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
+	const name, typ = "eu-pool", "vmtype"
+	var logs lines
+	ctx := logs.ctx(2)
+	p := provider.WithBoundary(name, typ, &bare{})
+
+	inst, err := p.Create(ctx, provider.CreateRequest{Name: "proxy-ns-web-1", CloudInit: provider.Sensitive("SECRET-user-data")})
+	if err != nil || inst.ID != "vm/proxy-ns-web-1" {
+		t.Fatalf("Create = %+v, %v", inst, err)
+	}
+	if _, err := p.Get(ctx, "vm/x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Delete(ctx, "vm/x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ListByTag(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range [][]string{
+		{`"msg"="create done"`, `"name"="proxy-ns-web-1"`, `"id"="vm/proxy-ns-web-1"`, `"state"="Running"`, `"ip"="192.0.2.7"`, `"outcome"="adopted"`},
+		{`"msg"="get done"`, `"id"="vm/x"`, `"state"="Provisioning"`},
+		{`"msg"="delete done"`, `"id"="vm/x"`},
+		{`"msg"="list done"`, `"instances"=2`},
+		{`"msg"="inner detail"`, `"name"="proxy-ns-web-1"`, `"level"=2`},
+	} {
+		got := logs.with(append(want, `"provider"="`+name+`"`)...)
+		if len(got) != 1 || !strings.HasPrefix(got[0], typ+" ") {
+			t.Errorf("want one line from logger %q with %v, got %q\nall:\n%s", typ, want, got, logs.all())
+		}
+	}
+	for _, l := range logs.with(`done"`) {
+		if !strings.Contains(l, `"level"=1`) {
+			t.Errorf("outcome line not at V(1): %s", l)
+		}
+	}
+	if strings.Contains(logs.all(), "SECRET") {
+		t.Errorf("the request's cloud-init reached a log line:\n%s", logs.all())
+	}
+
+	// Errors: a plain one becomes Transient, a classified one keeps its
+	// class; both name the configured provider and the operation.
+	quota := provider.Errorf(provider.ErrQuotaExceeded, "no address left")
+	failing := provider.WithBoundary(name, typ, &bare{fail: map[string]error{
+		provider.OpCreate: quota,
+		provider.OpGet:    errors.New("connection reset"),
+		provider.OpDelete: provider.Errorf(provider.ErrPermanent, "forbidden"),
+		provider.OpList:   provider.Errorf(provider.ErrNotFound, "no such project"),
+	}})
+	inst, err = failing.Create(ctx, provider.CreateRequest{Name: "n"})
+	if inst != (provider.Instance{}) {
+		t.Errorf("a failed Create returned %+v, want the zero Instance", inst)
+	}
+	_, getErr := failing.Get(ctx, "vm/x")
+	delErr := failing.Delete(ctx, "vm/x")
+	_, listErr := failing.ListByTag(ctx)
+	for _, c := range []struct {
+		op    string
+		err   error
+		class error
+	}{
+		{provider.OpCreate, err, provider.ErrQuotaExceeded},
+		{provider.OpGet, getErr, provider.ErrTransient},
+		{provider.OpDelete, delErr, provider.ErrPermanent},
+		{provider.OpList, listErr, provider.ErrNotFound},
+	} {
+		var pe *provider.Error
+		if !errors.As(c.err, &pe) || pe.Provider != name || pe.Op != c.op {
+			t.Errorf("%s error %#v: want a *provider.Error naming %q and %q", c.op, c.err, name, c.op)
+			continue
+		}
+		if !errors.Is(c.err, c.class) {
+			t.Errorf("%s error %v has class %s, want %s", c.op, c.err, provider.ClassName(c.err), provider.ClassName(c.class))
+		}
+		line := logs.with(`"msg"="`+c.op+` failed"`, `"provider"="`+name+`"`, `"class"="`+provider.ClassName(c.class)+`"`)
+		if len(line) != 1 || !strings.Contains(line[0], `"level"=1`) {
+			t.Errorf("want one V(1) %q line with class %s, got %q", c.op+" failed", provider.ClassName(c.class), line)
+		}
+	}
+	if !strings.Contains(err.Error(), `provider "eu-pool": create: no address left`) {
+		t.Errorf("error text %q", err)
+	}
+
+	// Check: the result's values and the notes on one line; the boundary
+	// is a Checker exactly when the provider is.
+	if _, ok := p.(provider.Checker); ok {
+		t.Error("the boundary of a provider without Check claims to be a Checker")
+	}
+	cp := provider.WithBoundary(name, typ, &bareChecker{})
+	c, ok := cp.(provider.Checker)
+	if !ok {
+		t.Fatal("the boundary of a Checker is no Checker")
+	}
+	if res := c.Check(ctx); res.Reason != provider.ReasonDegraded {
+		t.Errorf("Check = %+v", res)
+	}
+	if got := logs.with(`"msg"="check done"`, `"provider"="`+name+`"`, `"healthy"=false`, `"reason"="Degraded"`,
+		`"message"="1 of 2 down"`, `"free"="3"`, `"probe"="tcp"`, `"level"=1`); len(got) != 1 {
+		t.Errorf("want one check line, got %q\nall:\n%s", got, logs.all())
+	}
+
+	// Unwrap reaches the provider itself (tests reach their doubles' knobs).
+	inner := &bare{}
+	if provider.Unwrap(provider.WithBoundary(name, typ, inner)) != provider.Provider(inner) {
+		t.Error("Unwrap does not return the wrapped provider")
+	}
+	// A Note outside any boundary is harmless.
+	provider.Note(context.Background(), "k", "v")
+}
+
+// At V(0) the boundary writes nothing.
+func TestBoundaryQuietAtV0(t *testing.T) {
+	var logs lines
+	p := provider.WithBoundary("n", "t", &bare{})
+	if _, err := p.Create(logs.ctx(0), provider.CreateRequest{Name: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := logs.all(); s != "" {
+		t.Errorf("V(0) logged %q", s)
+	}
+}

@@ -1,0 +1,83 @@
+package kubernetes
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// TestProviderClientRatePolicy: item 10, "an explicit, documented client
+// rate policy for the kubernetes provider's client". ctrl.GetConfig, where
+// the provider takes its cluster config from, sets QPS -1 (no client-side
+// limit); the provider's client runs with the entry's limit (the defaults,
+// or clientQPS and clientBurst) all the same, also over a config that
+// carries a limiter of its own.
+func TestProviderClientRatePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		what      string
+		raw       string
+		rc        *rest.Config
+		qps       float32
+		wantBurst int
+	}{
+		{"defaults over ctrl.GetConfig's -1", "", &rest.Config{QPS: -1}, DefaultClientQPS, DefaultClientBurst},
+		{"the entry's values", `{"clientQPS": 7.5, "clientBurst": 9}`, &rest.Config{QPS: -1}, 7.5, 9},
+		{"over a kubeconfig's own limiter", `{"clientQPS": 3}`,
+			&rest.Config{QPS: 100, Burst: 200, RateLimiter: flowcontrol.NewTokenBucketRateLimiter(100, 200)}, 3, DefaultClientBurst},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			cfg, errs := Parse([]byte(tc.raw), field.NewPath("kubernetes"))
+			if tc.raw == "" {
+				cfg, errs = Parse(nil, field.NewPath("kubernetes"))
+			}
+			if len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			tc.rc.Host = "https://127.0.0.1:1" // never dialled
+			p, err := newWithConfig(testProviderName, cfg, provider.Options{InstallationID: "rate"}, tc.rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := p.clientFor()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rl := c.CoreV1().RESTClient().GetRateLimiter()
+			if rl == nil {
+				t.Fatal("the provider's client has no client-side rate limiter")
+			}
+			if rl.QPS() != tc.qps {
+				t.Errorf("the provider's client runs at %v QPS, want %v", rl.QPS(), tc.qps)
+			}
+			// The burst is what a fresh bucket lets through at once.
+			n := 0
+			for rl.TryAccept() {
+				n++
+				if n > 10000 {
+					break
+				}
+			}
+			if n < tc.wantBurst || n > tc.wantBurst+1 {
+				t.Errorf("a fresh bucket let %d requests through at once, want the burst %d", n, tc.wantBurst)
+			}
+		})
+	}
+}
+
+func TestClientRateLimitValidation(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"clientQPS": -1}`:   "kubernetes.clientQPS: Invalid value: -1: must be above 0",
+		`{"clientBurst": -2}`: "kubernetes.clientBurst: Invalid value: -2: must be at least 1",
+		`{"clientQPS": "x"}`:  "kubernetes.clientQPS",
+	} {
+		_, errs := Parse([]byte(raw), field.NewPath("kubernetes"))
+		if !strings.Contains(errs.ToAggregate().Error(), want) {
+			t.Errorf("%s: errors %v, want %q", raw, errs, want)
+		}
+	}
+}

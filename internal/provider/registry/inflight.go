@@ -1,0 +1,106 @@
+package registry
+
+import (
+	"context"
+	"sync"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// inflight counts the calls inside one entry's provider, so that a
+// replaced or removed entry is closed only once they have ended, and
+// closes the provider once.
+type inflight struct {
+	mu sync.Mutex
+	n  int
+	// idle is made by retire and closed when no call is left after it.
+	idle     chan struct{}
+	signaled bool
+	closed   sync.Once
+}
+
+func (f *inflight) enter() {
+	f.mu.Lock()
+	f.n++
+	f.mu.Unlock()
+}
+
+func (f *inflight) exit() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	f.signalIfIdle()
+}
+
+// retire returns a channel closed once no call is inside; calls may still
+// start (a caller holding the entry), and are counted until it closes.
+func (f *inflight) retire() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.idle == nil {
+		f.idle = make(chan struct{})
+	}
+	f.signalIfIdle()
+	return f.idle
+}
+
+func (f *inflight) signalIfIdle() {
+	if f.n == 0 && f.idle != nil && !f.signaled {
+		close(f.idle)
+		f.signaled = true
+	}
+}
+
+func (f *inflight) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+// counted is the registry's own layer over an entry's provider: it counts
+// each call in flight.
+type counted struct {
+	inner provider.Provider
+	calls *inflight
+}
+
+var _ provider.Provider = (*counted)(nil)
+
+// Unwrap returns the provider under the count.
+func (c *counted) Unwrap() provider.Provider { return c.inner }
+
+func (c *counted) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
+	c.calls.enter()
+	defer c.calls.exit()
+	return c.inner.Create(ctx, req)
+}
+
+func (c *counted) Get(ctx context.Context, id string) (provider.Instance, error) {
+	c.calls.enter()
+	defer c.calls.exit()
+	return c.inner.Get(ctx, id)
+}
+
+func (c *counted) Delete(ctx context.Context, id string) error {
+	c.calls.enter()
+	defer c.calls.exit()
+	return c.inner.Delete(ctx, id)
+}
+
+func (c *counted) ListByTag(ctx context.Context) ([]provider.Instance, error) {
+	c.calls.enter()
+	defer c.calls.exit()
+	return c.inner.ListByTag(ctx)
+}
+
+// countedChecker counts each check in flight.
+type countedChecker struct {
+	inner provider.Checker
+	calls *inflight
+}
+
+func (c *countedChecker) Check(ctx context.Context) provider.CheckResult {
+	c.calls.enter()
+	defer c.calls.exit()
+	return c.inner.Check(ctx)
+}
