@@ -170,6 +170,7 @@ func TestPrinterColumns(t *testing.T) {
 	}{
 		{"*_proxies.yaml", []apiextensionsv1.CustomResourceColumnDefinition{
 			{Name: "Provider", Type: "string", JSONPath: ".spec.provider"},
+			{Name: "Class", Type: "string", JSONPath: ".spec.className"},
 			{Name: "Phase", Type: "string", JSONPath: ".status.phase"},
 			{Name: "Endpoint", Type: "string", JSONPath: ".status.endpoint"},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
