@@ -45,7 +45,7 @@ func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int, 
 		return err
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&egressv1.Proxy{}, builder.WithPredicates(specOrLifecycleChanged{})).
+		For(&egressv1.Proxy{}, builder.WithPredicates(specOrLifecycleChanged{}, r.Scope.predicate())).
 		// Secrets are watched by metadata only: a changed cloud-init Secret
 		// reshapes its Proxies, and no Secret content is ever cached.
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.proxiesForSecret), builder.OnlyMetadata).
