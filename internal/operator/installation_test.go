@@ -156,7 +156,7 @@ func TestCheckScope(t *testing.T) {
 	}
 }
 
-func TestWatchNamespacesFlag(t *testing.T) {
+func TestScopeFlags(t *testing.T) {
 	for in, want := range map[string]string{"": "", "team-a": "team-a", " team-a, ,team-b ,": "team-a|team-b"} {
 		if got := strings.Join(splitList(in), "|"); got != want {
 			t.Errorf("splitList(%q) = %q, want %q", in, got, want)
