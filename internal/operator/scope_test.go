@@ -58,6 +58,20 @@ func (f *fakeProviders) get(name string) *fake.Provider {
 	return f.byName[name]
 }
 
+// deleteProviderHealthAtEnd removes the cluster-scoped ProviderHealth
+// objects a test's operators leave behind. Registered before the operators
+// start, it runs after they stopped.
+func deleteProviderHealthAtEnd(t *testing.T, names ...string) {
+	t.Cleanup(func() {
+		for _, n := range names {
+			ph := &egressv1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: n}}
+			if err := client.IgnoreNotFound(env.Client.Delete(context.Background(), ph)); err != nil {
+				t.Errorf("deleting ProviderHealth %s: %v", n, err)
+			}
+		}
+	})
+}
+
 // startAs runs an operator whose API requests carry userAgent (the API
 // server records it as the field manager of everything it writes) and are
 // counted, until the test ends.
@@ -120,6 +134,7 @@ func TestTwoInstallationsDoNotCollide(t *testing.T) {
 	}
 	ctx := context.Background()
 	shared, onlyA, onlyB := env.Namespace(t, "scope"), env.Namespace(t, "scope-a"), env.Namespace(t, "scope-b")
+	deleteProviderHealthAtEnd(t, "a", "b")
 	fp := newFakeProviders()
 	// Born an hour ago: a collector that took the other installation's
 	// instance for an orphan would delete it at its next pass.
@@ -310,6 +325,7 @@ func TestTwoInstallationsDoNotCollide(t *testing.T) {
 func TestTwoInstallationsDefaultClassIgnoresOtherClass(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t, "class")
+	deleteProviderHealthAtEnd(t, "class-fake")
 	fp := newFakeProviders()
 	counter := startAs(t, "default-class", Options{
 		ProvidersConfig: writeConfig(t, "providers:\n- {name: class-fake, type: fake}\n"),
