@@ -43,6 +43,7 @@ type SecretKeySelector struct {
 }
 
 // ProxySpec is what the user asks for.
+// +kubebuilder:validation:XValidation:rule="has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className)",message="spec.className is immutable: the instance belongs to the installation of that class; create a new Proxy to move",fieldPath=".className"
 // +kubebuilder:validation:XValidation:rule="!(has(self.cloudInit) && has(self.cloudInitSecretRef))",message="cloudInit and cloudInitSecretRef are mutually exclusive"
 // +kubebuilder:validation:XValidation:rule="!has(self.cloudInit) || size(bytes(self.cloudInit)) <= 262144",message="cloudInit must be at most 262144 bytes (256 KiB) of UTF-8",fieldPath=".cloudInit"
 type ProxySpec struct {
@@ -53,6 +54,17 @@ type ProxySpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.provider is immutable: the instance lives on that provider; create a new Proxy to move"
 	Provider string `json:"provider"`
+
+	// ClassName names the operator installation that serves this Proxy, as
+	// spec.ingressClassName does for an Ingress: the one started with
+	// --proxy-class=<className>. Unset, the Proxy is served by the
+	// installation started without --proxy-class. Every other installation
+	// leaves the Proxy alone. Immutable (set or unset) after creation.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	ClassName string `json:"className,omitempty"`
 
 	// Placement says where the instance runs; its meaning is the provider's.
 	// +optional
@@ -218,6 +230,7 @@ type PermanentFailure struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=egress
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
+// +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.className`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -170,6 +170,7 @@ func TestPrinterColumns(t *testing.T) {
 	}{
 		{"*_proxies.yaml", []apiextensionsv1.CustomResourceColumnDefinition{
 			{Name: "Provider", Type: "string", JSONPath: ".spec.provider"},
+			{Name: "Class", Type: "string", JSONPath: ".spec.className"},
 			{Name: "Phase", Type: "string", JSONPath: ".status.phase"},
 			{Name: "Endpoint", Type: "string", JSONPath: ".status.endpoint"},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
@@ -214,7 +215,7 @@ func TestProxyTable(t *testing.T) {
 	ns := newNamespace(t)
 	p := &v1alpha1.Proxy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shown"},
-		Spec:       v1alpha1.ProxySpec{Provider: "local"},
+		Spec:       v1alpha1.ProxySpec{Provider: "local", ClassName: "team-a"},
 	}
 	if err := env.Client.Create(ctx, p); err != nil {
 		t.Fatal(err)
@@ -251,14 +252,14 @@ func TestProxyTable(t *testing.T) {
 	for _, c := range table.ColumnDefinitions {
 		names = append(names, c.Name)
 	}
-	if want := []string{"Name", "Provider", "Phase", "Endpoint", "Age"}; !slices.Equal(names, want) {
+	if want := []string{"Name", "Provider", "Class", "Phase", "Endpoint", "Age"}; !slices.Equal(names, want) {
 		t.Fatalf("columns %v, want %v", names, want)
 	}
 	if len(table.Rows) != 1 {
 		t.Fatalf("%d rows, want 1", len(table.Rows))
 	}
 	cells := table.Rows[0].Cells
-	if cells[0] != "shown" || cells[1] != "local" || cells[2] != "Running" || cells[3] != "127.0.0.1:40001" {
+	if cells[0] != "shown" || cells[1] != "local" || cells[2] != "team-a" || cells[3] != "Running" || cells[4] != "127.0.0.1:40001" {
 		t.Fatalf("row %v", cells)
 	}
 }

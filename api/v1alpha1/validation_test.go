@@ -111,6 +111,13 @@ func TestProxyValidation(t *testing.T) {
 		{"provider 64 chars", map[string]any{"provider": strings.Repeat("a", 64)}, &invalid{"spec.provider", "Too long"}},
 		{"provider 63 chars", map[string]any{"provider": strings.Repeat("a", 63)}, nil},
 
+		{"className empty", map[string]any{"provider": "local", "className": ""}, &invalid{"spec.className", "at least 1 chars long"}},
+		{"className uppercase", map[string]any{"provider": "local", "className": "Team-A"}, &invalid{"spec.className", "should match"}},
+		{"className dotted", map[string]any{"provider": "local", "className": "team.a"}, &invalid{"spec.className", "should match"}},
+		{"className 64 chars", map[string]any{"provider": "local", "className": strings.Repeat("c", 64)}, &invalid{"spec.className", "Too long"}},
+		{"className 63 chars", map[string]any{"provider": "local", "className": strings.Repeat("c", 63)}, nil},
+		{"className set", map[string]any{"provider": "local", "className": "team-a"}, nil},
+
 		{"placement zone 254", map[string]any{"provider": "local", "placement": ref("zone", strings.Repeat("z", 254))}, &invalid{"spec.placement.zone", "Too long"}},
 		{"placement region 254", map[string]any{"provider": "local", "placement": ref("region", strings.Repeat("r", 254))}, &invalid{"spec.placement.region", "Too long"}},
 		{"placement machineType 254", map[string]any{"provider": "local", "placement": ref("machineType", strings.Repeat("m", 254))}, &invalid{"spec.placement.machineType", "Too long"}},
@@ -188,6 +195,34 @@ func TestProxyValidationOnUpdate(t *testing.T) {
 	moved.Spec.CloudInitSecretRef = nil
 	moved.Spec.Provider = "other"
 	checkInvalid(t, env.Client.Update(t.Context(), moved), invalid{"spec.provider", "immutable"})
+
+	// The instance belongs to the installation of the Proxy's class:
+	// setting, changing or removing the class is a new Proxy.
+	classed := moved.DeepCopy()
+	classed.Spec.Provider = "local"
+	classed.Spec.ClassName = "team-a"
+	checkInvalid(t, env.Client.Update(t.Context(), classed), invalid{"spec.className", "spec.className is immutable"})
+	c := &v1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "classed"},
+		Spec:       v1alpha1.ProxySpec{Provider: "local", ClassName: "team-a"},
+	}
+	if err := env.Client.Create(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	for _, class := range []string{"team-b", ""} {
+		changed := c.DeepCopy()
+		changed.Spec.ClassName = class
+		checkInvalid(t, env.Client.Update(t.Context(), changed), invalid{"spec.className", "spec.className is immutable"})
+	}
+	// A merge patch can remove the field outright.
+	unset := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"className":null}}`))
+	checkInvalid(t, env.Client.Patch(t.Context(), &v1alpha1.Proxy{ObjectMeta: c.ObjectMeta}, unset), invalid{"spec.className", "spec.className is immutable"})
+	// An update that keeps the class passes the rule.
+	kept := c.DeepCopy()
+	kept.Spec.Port = 8080
+	if err := env.Client.Update(t.Context(), kept); err != nil {
+		t.Errorf("an update that keeps spec.className: %v", err)
+	}
 
 	// A merge patch can send the zero port the typed client would omit.
 	patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"port":0}}`))

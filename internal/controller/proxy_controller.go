@@ -50,6 +50,9 @@ type ProxyReconciler struct {
 	APIReader client.Reader
 	Providers Providers
 	Recorder  events.EventRecorder
+	// Scope is the Proxies this installation serves; the others are
+	// invisible to it (proxy_scope.go).
+	Scope Scope
 	// TracerProvider makes each pass a span, the parent of the provider
 	// calls' spans; nil means tracing is off.
 	TracerProvider trace.TracerProvider
@@ -104,6 +107,9 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
+	}
+	if !r.Scope.Includes(px) {
+		return ctrl.Result{}, nil // another installation's Proxy
 	}
 	ctx = telemetry.WithProxy(ctx, px.Namespace, px.Name, string(px.UID))
 	if !px.DeletionTimestamp.IsZero() {

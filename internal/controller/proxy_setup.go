@@ -47,7 +47,7 @@ func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int, 
 		return err
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&egressv1.Proxy{}, builder.WithPredicates(specOrLifecycleChanged{})).
+		For(&egressv1.Proxy{}, builder.WithPredicates(specOrLifecycleChanged{}, r.Scope.predicate())).
 		// A provider that turns Healthy releases its latched Proxies.
 		Watches(&egressv1.ProviderHealth{}, handler.EnqueueRequestsFromMapFunc(r.proxiesOfProvider),
 			builder.WithPredicates(becameHealthy{})).

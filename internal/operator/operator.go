@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -64,6 +63,9 @@ type Options struct {
 	GracefulShutdown                          time.Duration
 
 	InstallationID string
+	// ProxyClass is the spec.className this installation serves; "" serves
+	// the Proxies with no className.
+	ProxyClass string
 
 	// KubeAPIQPS and KubeAPIBurst are the client-side rate limit of the
 	// manager's clients (docs/operations.md, "Client rate limits"). Zero
@@ -89,8 +91,8 @@ type Options struct {
 
 	// Types is the constructor map; nil means registry.DefaultTypes().
 	Types map[string]registry.Type
-	// Namespaces restricts the cache; empty means all. For tests that share
-	// an API server.
+	// Namespaces are the namespaces whose Proxies this installation serves
+	// (--watch-namespaces); the cache holds only these. Empty means all.
 	Namespaces []string
 	// SkipControllerNameValidation lets tests run several operators in one
 	// process.
@@ -109,7 +111,12 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", 10*time.Second, "How long the leader retries renewing before it gives up leadership.")
 	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", 2*time.Second, "Time between renewals (one API write each) and between a standby's attempts.")
 	fs.DurationVar(&o.GracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long in-flight reconciles and provider calls may take to finish at shutdown.")
-	fs.StringVar(&o.InstallationID, "installation-id", "", "Identity marked on every instance, so installations sharing a backend never touch each other's instances (default: the kube-system namespace's UID).")
+	fs.StringVar(&o.InstallationID, "installation-id", "", "Identity marked on every instance, so installations sharing a backend never touch each other's instances: up to 63 lowercase letters, digits, '-' and '_' (default: derived from the kube-system namespace's UID, the operator's namespace and --proxy-class; see docs/operations.md).")
+	fs.StringVar(&o.ProxyClass, "proxy-class", "", "The spec.className of the Proxies this installation serves; empty serves the Proxies that name no class. Every other Proxy is left alone.")
+	fs.Func("watch-namespaces", "Comma-separated namespaces whose Proxies this installation serves (default: all).", func(v string) error {
+		o.Namespaces = splitList(v)
+		return nil
+	})
 	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", DefaultKubeAPIQPS, "Requests per second the manager's clients may send to the API server on average; a negative value turns the client-side limit off and leaves throttling to the API server's priority and fairness.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", DefaultKubeAPIBurst, "Requests the manager's clients may send at once above --kube-api-qps.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", controller.DefaultMaxConcurrentReconciles, "How many Proxies are reconciled at once.")
@@ -160,6 +167,9 @@ func (o Options) checkFlags() error {
 	if o.KubeAPIBurst < 0 {
 		return fmt.Errorf("--kube-api-burst %d: must not be negative", o.KubeAPIBurst)
 	}
+	if err := checkScope(o); err != nil {
+		return err
+	}
 	return gc.CheckGrace(orDur(o.GCGrace, gc.DefaultGrace), orDur(o.ProviderCallTimeout, controller.DefaultCallTimeout))
 }
 
@@ -181,11 +191,15 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	types := o.types()
 	cfg = rateLimited(cfg, o)
 	if o.InstallationID == "" {
-		if o.InstallationID, err = defaultInstallationID(ctx, cfg); err != nil {
+		ns := operatorNamespace(o.PodNamespace, serviceAccountNamespaceFile)
+		if ns == "" {
+			log.Info("the operator's namespace is unknown (no POD_NAMESPACE, not in a Pod): the default installation ID is derived without it")
+		}
+		if o.InstallationID, err = defaultInstallationID(ctx, cfg, ns, o.ProxyClass); err != nil {
 			return nil, err
 		}
 	}
-	log.Info("installation identity", "installationID", o.InstallationID)
+	log.Info("installation identity", "installationID", o.InstallationID, "proxyClass", o.ProxyClass, "watchNamespaces", o.Namespaces)
 
 	op = &Operator{log: log}
 	defer func() {
@@ -223,7 +237,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	// re-evaluates the Proxies of that entry only.
 	providersChanged := make(chan event.GenericEvent)
 	changes := newProviderChanges(providersChanged)
-	healthLoop := &health.Loop{Client: mgr.GetClient(), Providers: op.Registry, TracerProvider: tp,
+	healthLoop := &health.Loop{Client: mgr.GetClient(), Providers: op.Registry, TracerProvider: tp, Installation: o.InstallationID,
 		Interval: o.HealthInterval, Timeout: o.HealthTimeout, Heartbeat: o.HealthHeartbeat}
 	op.Registry.OnChange(func(changed []string) {
 		changes.add(changed)
@@ -245,6 +259,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 		APIReader:      mgr.GetAPIReader(),
 		Providers:      op.Registry,
 		Recorder:       recorder,
+		Scope:          controller.Scope{Class: o.ProxyClass, Namespaces: o.Namespaces},
 		TracerProvider: tp,
 		CallTimeout:    o.ProviderCallTimeout,
 		RunningResync:  o.RunningResync,
@@ -308,7 +323,7 @@ func managerOptions(o Options) ctrl.Options {
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        o.ProbeAddr,
 		LeaderElection:                o.LeaderElect,
-		LeaderElectionID:              "egress-proxies-operator.proxy-operator.dev",
+		LeaderElectionID:              leaderElectionID(o.ProxyClass),
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &grace,
@@ -356,24 +371,6 @@ func configResultReporter(rec interface {
 		}
 		rec.Eventf(ref, nil, corev1.EventTypeNormal, "ProvidersConfigReloaded", "Reload", "the providers config was reloaded")
 	}
-}
-
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
-
-// defaultInstallationID is the kube-system namespace's UID: stable for the
-// life of a cluster and different in every cluster, with no configuration.
-func defaultInstallationID(ctx context.Context, cfg *rest.Config) (string, error) {
-	c, err := client.New(cfg, client.Options{Scheme: Scheme})
-	if err != nil {
-		return "", err
-	}
-	ns := &corev1.Namespace{}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := c.Get(ctx, client.ObjectKey{Name: "kube-system"}, ns); err != nil {
-		return "", fmt.Errorf("deriving --installation-id from the kube-system namespace: %w (set --installation-id explicitly)", err)
-	}
-	return string(ns.UID), nil
 }
 
 // rateLimited is cfg with the manager's explicit client-side rate limit

@@ -95,9 +95,13 @@
 //
 // # Scope
 //
-// The collector trusts its Proxy reader to see every Proxy this
-// installation manages. Two operator deployments in one cluster that watch
-// different namespaces share the default installation ID (the kube-system
-// namespace's UID) and must be given distinct --installation-id values, or
-// each would collect the other's instances as orphans.
+// The collector lists only this installation's instances (the installation
+// mark) and counts as owners every Proxy its reader holds: those of the
+// installation's watched namespaces, of every class. The default
+// installation ID differs per namespace and class (docs/operations.md), so
+// another installation's instances are never listed; counting a Proxy of
+// another class as an owner can then only keep an instance, never delete
+// one, which is why the Proxies are not filtered by class. The watched
+// namespaces do limit the view: narrowing them turns the instances of the
+// Proxies in the dropped namespaces into orphans.
 package gc

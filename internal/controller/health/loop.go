@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -68,6 +69,9 @@ type Loop struct {
 	Clock clock.WithTicker
 	// TracerProvider makes each check a span; nil means tracing is off.
 	TracerProvider trace.TracerProvider
+	// Installation labels the objects this loop writes; it prunes only
+	// those (installation.go). Empty: the objects are not labelled with it.
+	Installation string
 
 	// pass serialises passes: the ticker's, Trigger's and a test's
 	// CheckOnce. It also guards gauged.
@@ -222,7 +226,7 @@ func (l *Loop) write(ctx context.Context, e *registry.Entry, o outcome, now time
 	switch {
 	case apierrors.IsNotFound(err):
 		ph = &egressv1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{
-			Name: e.Name, Labels: map[string]string{ManagedByLabel: ManagedBy},
+			Name: e.Name, Labels: l.labels(),
 		}}
 		// The API server drops a status sent on create: it takes a second
 		// write through /status.
@@ -235,14 +239,16 @@ func (l *Loop) write(ctx context.Context, e *registry.Entry, o outcome, now time
 		created = true
 	case err != nil:
 		return fmt.Errorf("reading ProviderHealth %s: %w", e.Name, err)
-	case ph.Labels[ManagedByLabel] != ManagedBy:
+	case l.foreign(ph):
+		return fmt.Errorf("ProviderHealth %s is written by installation %s: providers of two installations in one cluster need distinct names", e.Name, ph.Labels[InstallationLabel])
+	case !l.owned(ph):
 		// Named after our provider but unlabelled (made by hand, or by an
 		// older operator): adopt it, or it would outlive its provider.
 		before := ph.DeepCopy()
 		if ph.Labels == nil {
 			ph.Labels = map[string]string{}
 		}
-		ph.Labels[ManagedByLabel] = ManagedBy
+		maps.Copy(ph.Labels, l.labels())
 		if err := l.Client.Patch(ctx, ph, client.MergeFrom(before)); err != nil {
 			return fmt.Errorf("labelling ProviderHealth %s: %w", e.Name, err)
 		}
@@ -331,7 +337,7 @@ func (l *Loop) prune(ctx context.Context, entries []*registry.Entry) error {
 		configured[e.Name] = true
 	}
 	list := &egressv1.ProviderHealthList{}
-	if err := l.Client.List(ctx, list, client.MatchingLabels{ManagedByLabel: ManagedBy}); err != nil {
+	if err := l.Client.List(ctx, list, client.MatchingLabels(l.labels())); err != nil {
 		return fmt.Errorf("listing ProviderHealth: %w", err)
 	}
 	var errs []error
