@@ -75,6 +75,11 @@ type Instance struct {
 	// (a Service's DNS name for Pods, whose IPs change on replacement).
 	// status.endpoint is Host:port then, and status.ip stays the IP.
 	Host string
+	// Progress, for a Provisioning instance, says in a few words what the
+	// backend is doing ("downloading image debian-12: 212/400 MiB", "clone
+	// task running"). The reconciler shows it in the Ready condition's
+	// message. It never holds a secret.
+	Progress string
 	// CreatedAt is when the backend made the instance; the zero time means
 	// "age unknown", and the garbage collector never treats that as old.
 	CreatedAt time.Time
