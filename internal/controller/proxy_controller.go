@@ -64,14 +64,20 @@ type ProxyReconciler struct {
 	// notice one that vanished or stopped behind the operator's back.
 	RunningResync time.Duration
 
+	// ProgressEvery is how often, at most, a Proxy's status is written when
+	// only the progress of its provisioning instance changed.
+	ProgressEvery time.Duration
+
 	transientBackoff workqueue.TypedRateLimiter[types.NamespacedName]
 	quotaBackoff     workqueue.TypedRateLimiter[types.NamespacedName]
+	progress         progressThrottle
 }
 
 // Defaults for the reconciler's knobs; main exposes them as flags.
 const (
 	DefaultCallTimeout   = 15 * time.Minute
 	DefaultRunningResync = 2 * time.Minute
+	DefaultProgressEvery = 10 * time.Second
 )
 
 func (r *ProxyReconciler) init() {
@@ -80,6 +86,9 @@ func (r *ProxyReconciler) init() {
 	}
 	if r.RunningResync == 0 {
 		r.RunningResync = DefaultRunningResync
+	}
+	if r.ProgressEvery == 0 {
+		r.ProgressEvery = DefaultProgressEvery
 	}
 	if r.transientBackoff == nil {
 		r.transientBackoff = workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](2*time.Second, 5*time.Minute)
@@ -238,7 +247,11 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		}
 		return ctrl.Result{RequeueAfter: entry.PollInterval}
 	}
-	r.report(px, egressv1.ReasonProvisioning, fmt.Sprintf("instance %s is %s", inst.ID, describeState(inst.State)))
+	note := fmt.Sprintf("instance %s is %s", inst.ID, describeState(inst.State))
+	if inst.Progress != "" {
+		note += ": " + inst.Progress
+	}
+	r.report(px, egressv1.ReasonProvisioning, note)
 	if !r.replacing(px) {
 		px.Status.Phase = egressv1.PhaseProvisioning
 	}
@@ -332,12 +345,12 @@ func (r *ProxyReconciler) replacing(px *egressv1.Proxy) bool {
 func (r *ProxyReconciler) report(px *egressv1.Proxy, reason, msg string) {
 	if r.replacing(px) {
 		px.Status.Phase = egressv1.PhaseRunning
-		r.setReady(px, metav1.ConditionTrue, egressv1.ReasonReplacing,
-			fmt.Sprintf("serving at %s (instance %s) while it is replaced: %s", px.Status.Endpoint, px.Status.RetiringProviderID, msg))
+		msg = fmt.Sprintf("serving at %s (instance %s) while it is replaced: %s", px.Status.Endpoint, px.Status.RetiringProviderID, msg)
+		r.setReady(px, metav1.ConditionTrue, egressv1.ReasonReplacing, r.progress.message(px, metav1.ConditionTrue, egressv1.ReasonReplacing, msg, r.ProgressEvery))
 		return
 	}
 	px.Status.Endpoint, px.Status.IP = "", ""
-	r.setReady(px, metav1.ConditionFalse, reason, msg)
+	r.setReady(px, metav1.ConditionFalse, reason, r.progress.message(px, metav1.ConditionFalse, reason, msg, r.ProgressEvery))
 }
 
 // deleteSuperseded deletes the instances the Proxy no longer wants and
@@ -544,6 +557,7 @@ func (r *ProxyReconciler) writeStatus(ctx context.Context, before, px *egressv1.
 func (r *ProxyReconciler) forget(k types.NamespacedName) {
 	r.transientBackoff.Forget(k)
 	r.quotaBackoff.Forget(k)
+	r.progress.forget(k)
 }
 
 func key(px *egressv1.Proxy) types.NamespacedName {
