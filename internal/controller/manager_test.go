@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,10 +10,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -31,6 +36,7 @@ import (
 type running struct {
 	ns         string
 	counter    *testenv.RequestCounter
+	events     *countingRecorder
 	reconciler *ProxyReconciler
 }
 
@@ -49,8 +55,8 @@ func startManager(t *testing.T, providers Providers, maxConcurrent int, changed 
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &ProxyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: providers,
-		Recorder: mgr.GetEventRecorder("egress-proxies-operator")}
+	rec := &countingRecorder{next: mgr.GetEventRecorder("egress-proxies-operator")}
+	r := &ProxyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: providers, Recorder: rec}
 	if err := r.SetupWithManager(mgr, maxConcurrent, changed); err != nil {
 		t.Fatal(err)
 	}
@@ -66,32 +72,73 @@ func startManager(t *testing.T, providers Providers, maxConcurrent int, changed 
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		t.Fatal("cache did not sync")
 	}
-	return &running{ns: ns, counter: counter, reconciler: r}
+	return &running{ns: ns, counter: counter, events: rec, reconciler: r}
 }
 
-// waitFor polls the Proxy until cond holds; the bound only stops a hung test.
+// countingRecorder counts the events the reconciler emits, before the
+// manager's recorder sends them: the broadcaster writes each in a goroutine
+// of its own, after the reconcile that emitted it has returned.
+type countingRecorder struct {
+	next    events.EventRecorder
+	emitted atomic.Int64
+}
+
+func (r *countingRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	r.emitted.Add(1)
+	r.next.Eventf(regarding, related, eventtype, reason, action, note, args...)
+}
+
+// reset starts a count: the API writes and the events emitted from now on.
+// Call it only while the operator is idle (after settle).
+func (m *running) reset() {
+	m.counter.Reset()
+	m.events.emitted.Store(0)
+}
+
+// settle waits until every write that led to the state the test observed
+// has been counted: each event the reconciler emitted since reset has been
+// written (client-go writes one event once and its first repeat for the
+// same object version; this test's transitions emit no repeats), and no
+// write is in flight, so the write that made the observed state, sent
+// before it was observed, is recorded.
+func (m *running) settle(t *testing.T) {
+	t.Helper()
+	testenv.EventuallyNil(t, "the operator's writes counted", func() error {
+		by := m.counter.WritesBy()
+		if emitted, written := m.events.emitted.Load(), int64(by["POST events"]+by["PATCH events"]); written < emitted {
+			return fmt.Errorf("%d events emitted, %d written: %v", emitted, written, by)
+		}
+		if n := m.counter.InFlightWrites(); n > 0 {
+			return fmt.Errorf("%d writes in flight", n)
+		}
+		return nil
+	})
+}
+
+// waitFor polls the Proxy until cond holds; cond gets nil once the Proxy is
+// gone. The bound only stops a hung test.
 func (m *running) waitFor(t *testing.T, name, what string, cond func(*egressv1.Proxy) bool) *egressv1.Proxy {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	var last *egressv1.Proxy
-	for time.Now().Before(deadline) {
+	var got *egressv1.Proxy
+	testenv.EventuallyNil(t, "Proxy "+name+" "+what, func() error {
 		px := &egressv1.Proxy{}
 		err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: m.ns, Name: name}, px)
-		if err == nil {
-			last = px
-			if cond(px) {
-				return px
-			}
-		} else if cond(nil) {
+		switch {
+		case apierrors.IsNotFound(err):
+			px = nil
+		case err != nil:
+			return err
+		}
+		if cond(px) {
+			got = px
 			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if last != nil {
-		t.Fatalf("%s: not reached; status %+v", what, last.Status)
-	}
-	t.Fatalf("%s: not reached", what)
-	return nil
+		if px == nil {
+			return errors.New("the Proxy does not exist")
+		}
+		return fmt.Errorf("status %+v", px.Status)
+	})
+	return got
 }
 
 func (m *running) create(t *testing.T, px *egressv1.Proxy) {
@@ -124,36 +171,41 @@ func TestLocalEndToEnd(t *testing.T) {
 	}))
 	t.Cleanup(origin.Close)
 
-	m.counter.Reset()
+	m.reset()
 	m.create(t, newProxy("web", "local"))
 	px := m.waitFor(t, "web", "Ready", isReady)
-	// Let the event broadcaster flush before counting.
-	time.Sleep(500 * time.Millisecond)
+	m.settle(t)
 	createWrites, createBy := m.counter.Writes(), m.counter.WritesBy()
 	t.Logf("create to Ready: %d API writes %v", createWrites, createBy)
 
-	proxyURL, _ := url.Parse("http://" + px.Status.Endpoint)
+	proxyURL := &url.URL{Scheme: "http", Host: px.Status.Endpoint}
 	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 10 * time.Second}
 	resp, err := hc.Get(origin.URL)
 	if err != nil {
 		t.Fatalf("fetch through %s: %v", px.Status.Endpoint, err)
 	}
-	body, _ := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("reading the answer through %s: %v", px.Status.Endpoint, err)
+	}
 	if resp.StatusCode != http.StatusOK || string(body) != "hello through the operator" {
 		t.Fatalf("through the proxy: %d %q", resp.StatusCode, body)
 	}
 
-	m.counter.Reset()
+	m.reset()
 	if err := env.Client.Delete(context.Background(), px); err != nil {
 		t.Fatal(err)
 	}
 	m.waitFor(t, "web", "deleted", func(p *egressv1.Proxy) bool { return p == nil })
-	time.Sleep(500 * time.Millisecond)
+	m.settle(t)
 	deleteWrites, deleteBy := m.counter.Writes(), m.counter.WritesBy()
 	t.Logf("deletion: %d API writes %v", deleteWrites, deleteBy)
 
-	entry, _ := reg.Get("local")
+	entry, err := reg.Get("local")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := entry.Provider.Get(context.Background(), px.Status.ProviderID); !errorsIsNotFound(err) {
 		t.Errorf("instance still there after deletion: %v", err)
 	}
@@ -174,12 +226,15 @@ func TestLocalEndToEnd(t *testing.T) {
 // the other Proxies still become Ready.
 func TestSlowCreateDoesNotDelayOthers(t *testing.T) {
 	entry, fp := fakeEntry("pool")
-	slow, _ := fakeEntry("slow")
-	release := slow.Provider.(interface{ Block(string) func() }).Block(provider.OpCreate)
+	slow, slowFake := fakeEntry("slow")
+	release := slowFake.Block(provider.OpCreate)
 	t.Cleanup(release)
 	m := startManager(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry, "slow": slow}}, 0, nil)
 
 	m.create(t, newProxy("stuck", "slow"))
+	// The stuck Proxy's Create is parked (the fake counts a call before it
+	// blocks) before the others are even created.
+	testenv.Eventually(t, "the slow Create parked", func() bool { return slowFake.Calls(provider.OpCreate) == 1 })
 	for i := 0; i < 5; i++ {
 		m.create(t, newProxy(fmt.Sprintf("fast-%d", i), "pool"))
 	}
@@ -188,6 +243,9 @@ func TestSlowCreateDoesNotDelayOthers(t *testing.T) {
 	}
 	if px := m.waitFor(t, "stuck", "seen", func(p *egressv1.Proxy) bool { return p != nil }); isReady(px) {
 		t.Fatal("the blocked Proxy is Ready")
+	}
+	if n := slowFake.Calls(provider.OpCreate); n != 1 {
+		t.Errorf("Create calls on slow = %d, want the one that is parked", n)
 	}
 	if fp.Calls(provider.OpCreate) != 5 {
 		t.Errorf("Create calls on pool = %d", fp.Calls(provider.OpCreate))

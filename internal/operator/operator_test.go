@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -110,10 +112,10 @@ func TestIdleFleetWrites(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	for {
+	testenv.EventuallyNil(t, "every Proxy Ready", func() error {
 		list := &egressv1.ProxyList{}
 		if err := env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		ready := 0
 		for i := range list.Items {
@@ -121,18 +123,19 @@ func TestIdleFleetWrites(t *testing.T) {
 				ready++
 			}
 		}
-		if ready == proxies {
-			break
+		if ready != proxies {
+			return fmt.Errorf("%d of %d Proxies Ready", ready, proxies)
 		}
-		if time.Since(start) > 2*time.Minute {
-			t.Fatalf("only %d of %d Proxies Ready", ready, proxies)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("%d Proxies Ready in %s; setup writes %v", proxies, time.Since(start).Round(time.Millisecond), summarize(counter.WritesBy()))
 
-	// Let the first health pass and any trailing events land, then measure.
-	time.Sleep(2 * time.Second)
+	// The measurement starts once the setup's writes have landed: the
+	// first health pass, and each Proxy's event for its last transition
+	// (the broadcaster writes events after the reconcile that emitted them).
+	testenv.EventuallyNil(t, "the setup's writes landed", func() error {
+		return setupLanded(ns, proxies, counter, "idle-a", "idle-b")
+	})
 	counter.Reset()
 	time.Sleep(window)
 	by := counter.WritesBy()
@@ -150,6 +153,51 @@ func TestIdleFleetWrites(t *testing.T) {
 	}
 }
 
+// setupLanded says what is still missing before an idle fleet is idle: a
+// Healthy ProviderHealth per provider, an event on the API server for each
+// Proxy's Ready transition, and no write in flight (an event written
+// before the one observed is then counted too).
+func setupLanded(ns string, proxies int, counter *testenv.RequestCounter, providers ...string) error {
+	ctx := context.Background()
+	for _, name := range providers {
+		ph := &egressv1.ProviderHealth{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, ph); err != nil {
+			return fmt.Errorf("ProviderHealth %s: %w", name, err)
+		}
+		if !meta.IsStatusConditionTrue(ph.Status.Conditions, egressv1.ConditionHealthy) {
+			return fmt.Errorf("ProviderHealth %s not Healthy yet: %+v", name, ph.Status.Conditions)
+		}
+	}
+	list := &egressv1.ProxyList{}
+	if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	evs := &eventsv1.EventList{}
+	if err := env.Client.List(ctx, evs, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	seen := map[string]bool{} // "name/reason" of each event about a Proxy
+	for _, e := range evs.Items {
+		if e.Regarding.Kind == "Proxy" {
+			seen[e.Regarding.Name+"/"+e.Reason] = true
+		}
+	}
+	missing := 0
+	for _, px := range list.Items {
+		c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady)
+		if c == nil || !seen[px.Name+"/"+c.Reason] {
+			missing++
+		}
+	}
+	if missing > 0 || len(list.Items) != proxies {
+		return fmt.Errorf("%d of %d Proxies have no event for their Ready transition yet", missing+proxies-len(list.Items), proxies)
+	}
+	if n := counter.InFlightWrites(); n > 0 {
+		return fmt.Errorf("%d writes in flight", n)
+	}
+	return nil
+}
+
 func summarize(m map[string]int) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -163,16 +211,24 @@ func summarize(m map[string]int) string {
 	return strings.Join(parts, " ")
 }
 
-// reloadRefused reads the reload gauge from controller-runtime's registry.
-func reloadRefused() bool {
+// reloadRefused is nil once the reload gauge, read from controller-runtime's
+// registry, says the last reload was refused.
+func reloadRefused() error {
 	mfs, err := metrics.Registry.Gather()
 	if err != nil {
-		return false
+		return err
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == "egress_proxy_config_last_reload_successful" && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue() == 0
+		if mf.GetName() != "egress_proxy_config_last_reload_successful" {
+			continue
 		}
+		if len(mf.GetMetric()) != 1 {
+			return fmt.Errorf("%s has %d series, want 1", mf.GetName(), len(mf.GetMetric()))
+		}
+		if v := mf.GetMetric()[0].GetGauge().GetValue(); v != 0 {
+			return fmt.Errorf("%s = %v, want 0", mf.GetName(), v)
+		}
+		return nil
 	}
-	return false
+	return errors.New("no egress_proxy_config_last_reload_successful gauge")
 }

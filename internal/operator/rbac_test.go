@@ -2,12 +2,14 @@ package operator
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -72,22 +74,58 @@ func TestOperatorRunsWithGeneratedRBAC(t *testing.T) {
 	if err := env.Client.Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "Proxy Ready under the generated RBAC", func() bool {
-		got := &egressv1.Proxy{}
-		return env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, got) == nil &&
-			meta.IsStatusConditionTrue(got.Status.Conditions, egressv1.ConditionReady)
+	key := types.NamespacedName{Namespace: ns, Name: "web"}
+	testenv.EventuallyNil(t, "Proxy Ready under the generated RBAC", func() error {
+		return proxyReady(ctx, key)
 	})
-	eventually(t, "ProviderHealth written under the generated RBAC", func() bool {
+	testenv.EventuallyNil(t, "ProviderHealth written under the generated RBAC", func() error {
 		ph := &egressv1.ProviderHealth{}
-		return env.Client.Get(ctx, types.NamespacedName{Name: "rbac-local"}, ph) == nil &&
-			meta.IsStatusConditionTrue(ph.Status.Conditions, egressv1.ConditionHealthy)
+		if err := env.Client.Get(ctx, types.NamespacedName{Name: "rbac-local"}, ph); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(ph.Status.Conditions, egressv1.ConditionHealthy) {
+			return fmt.Errorf("not Healthy: %+v", ph.Status.Conditions)
+		}
+		return nil
 	})
 	if err := env.Client.Delete(ctx, px); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "Proxy deleted under the generated RBAC", func() bool {
-		return env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "web"}, &egressv1.Proxy{}) != nil
+	testenv.EventuallyNil(t, "Proxy deleted under the generated RBAC", func() error {
+		return proxyGone(ctx, key)
 	})
+}
+
+// proxyReady is nil once the Proxy's Ready condition is True.
+func proxyReady(ctx context.Context, key types.NamespacedName) error {
+	return proxyReason(ctx, key, metav1.ConditionTrue, "")
+}
+
+// proxyReason is nil once the Proxy's Ready condition has status and reason
+// (any reason when reason is "").
+func proxyReason(ctx context.Context, key types.NamespacedName, status metav1.ConditionStatus, reason string) error {
+	px := &egressv1.Proxy{}
+	if err := env.Client.Get(ctx, key, px); err != nil {
+		return err
+	}
+	c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady)
+	if c == nil || c.Status != status || (reason != "" && c.Reason != reason) {
+		return fmt.Errorf("Proxy %s: Ready = %+v, want %s/%s", key, c, status, reason)
+	}
+	return nil
+}
+
+// proxyGone is nil once the Proxy no longer exists.
+func proxyGone(ctx context.Context, key types.NamespacedName) error {
+	px := &egressv1.Proxy{}
+	err := env.Client.Get(ctx, key, px)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	return fmt.Errorf("Proxy %s still there (deletionTimestamp %v, finalizers %v)", key, px.DeletionTimestamp, px.Finalizers)
 }
 
 func readYAML(t *testing.T, path string, into any) {
@@ -105,17 +143,5 @@ func mustCreate(t *testing.T, obj client.Object) {
 	t.Helper()
 	if err := env.Client.Create(context.Background(), obj); err != nil {
 		t.Fatalf("create %s: %v", obj.GetName(), err)
-	}
-}
-
-// eventually polls cond; the bound only stops a hung test.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached", what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -6,11 +6,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 // replaceFile swaps the file's content atomically, as an editor or a
@@ -45,22 +45,9 @@ func TestConfigReloadEndToEnd(t *testing.T) {
 	go func() { done <- op.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	ready := func(name string) func() bool {
-		return func() bool {
-			px := &egressv1.Proxy{}
-			return env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, px) == nil &&
-				meta.IsStatusConditionTrue(px.Status.Conditions, egressv1.ConditionReady)
-		}
-	}
-	reason := func(name, want string) func() bool {
-		return func() bool {
-			px := &egressv1.Proxy{}
-			if env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, px) != nil {
-				return false
-			}
-			c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady)
-			return c != nil && c.Reason == want
-		}
+	key := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
+	ready := func(name string) func() error {
+		return func() error { return proxyReady(ctx, key(name)) }
 	}
 	for _, p := range []struct{ name, provider string }{{"on-a", "reload-a"}, {"on-b", "reload-b"}} {
 		px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: p.name}, Spec: egressv1.ProxySpec{Provider: p.provider}}
@@ -68,25 +55,29 @@ func TestConfigReloadEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "on-a Ready", ready("on-a"))
-	eventually(t, "on-b waiting for its provider", reason("on-b", egressv1.ReasonProviderNotFound))
+	testenv.EventuallyNil(t, "on-a Ready", ready("on-a"))
+	testenv.EventuallyNil(t, "on-b waiting for its provider", func() error {
+		return proxyReason(ctx, key("on-b"), metav1.ConditionFalse, egressv1.ReasonProviderNotFound)
+	})
 
 	replaceFile(t, path, "providers:\n- {name: reload-a, type: local, local: {bindCIDR: 127.0.123.0/24}}\n- {name: reload-b, type: local, local: {bindCIDR: 127.0.124.0/24}}\n")
-	eventually(t, "on-b Ready once reload-b is configured", ready("on-b"))
+	testenv.EventuallyNil(t, "on-b Ready once reload-b is configured", ready("on-b"))
 	a, err := op.Registry.Get("reload-a")
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	replaceFile(t, path, "providers:\n- {name: reload-a, type: local, local: {bindCIDR: 10.0.0.0/24}}\n")
-	eventually(t, "the refusal is recorded", func() bool { return reloadRefused() })
+	testenv.EventuallyNil(t, "the refusal is recorded", reloadRefused)
 	if got, err := op.Registry.Get("reload-b"); err != nil || got == nil {
 		t.Fatalf("an invalid change removed reload-b: %v", err)
 	}
-	if got, _ := op.Registry.Get("reload-a"); got != a {
-		t.Error("an invalid change rebuilt reload-a")
+	if got, err := op.Registry.Get("reload-a"); err != nil || got != a {
+		t.Errorf("an invalid change rebuilt or removed reload-a: %v", err)
 	}
-	if !ready("on-a")() || !ready("on-b")() {
-		t.Error("Proxies lost Ready after a refused change")
+	for _, name := range []string{"on-a", "on-b"} {
+		if err := ready(name)(); err != nil {
+			t.Errorf("a Proxy lost Ready after a refused change: %v", err)
+		}
 	}
 }

@@ -59,6 +59,8 @@ func (r Request) Key() string {
 type RequestCounter struct {
 	mu   sync.Mutex
 	reqs []Request
+	// inFlight counts the writes sent whose responses have not come back.
+	inFlight int
 }
 
 // CountingConfig returns a copy of cfg whose requests are recorded by the
@@ -110,6 +112,17 @@ func (c *RequestCounter) WritesBy() map[string]int {
 	return m
 }
 
+// InFlightWrites is the number of writes sent whose responses have not come
+// back yet. Together with a known final state it tells a test that every
+// write which led there has been counted: a write that began before the
+// state was observed is either in flight or recorded. Reset does not change
+// it.
+func (c *RequestCounter) InFlightWrites() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inFlight
+}
+
 // Reset forgets every recorded request.
 func (c *RequestCounter) Reset() {
 	c.mu.Lock()
@@ -123,6 +136,12 @@ func (c *RequestCounter) record(r Request) {
 	c.reqs = append(c.reqs, r)
 }
 
+func (c *RequestCounter) addInFlight(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.inFlight += n
+}
+
 type countingTransport struct {
 	next    http.RoundTripper
 	counter *RequestCounter
@@ -130,13 +149,20 @@ type countingTransport struct {
 
 func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r := parseRequest(req.Method, req.URL.Path)
+	if r.IsWrite() {
+		t.counter.addInFlight(1)
+	}
 	resp, err := t.next.RoundTrip(req)
 	if resp != nil {
 		r.StatusCode = resp.StatusCode
 	}
 	// Recorded before the response is handed back, so by the time a client
-	// call returns its request is counted.
+	// call returns its request is counted; it leaves the in-flight count
+	// only once recorded.
 	t.counter.record(r)
+	if r.IsWrite() {
+		t.counter.addInFlight(-1)
+	}
 	return resp, err
 }
 

@@ -85,6 +85,7 @@ type Option func(*options)
 type options struct {
 	assetsDir string
 	crdPaths  []string
+	dataDir   string
 	logf      func(format string, args ...any)
 }
 
@@ -98,6 +99,15 @@ func WithAssetsDir(dir string) Option {
 // <repo>/config/crd/bases; with no paths, none are installed.
 func WithCRDPaths(paths ...string) Option {
 	return func(o *options) { o.crdPaths = append(make([]string, 0, len(paths)), paths...) }
+}
+
+// WithDataDir keeps etcd's data in dir/etcd and the kube-apiserver's
+// certificates in dir/kube-apiserver, instead of temporary directories of
+// envtest's own. dir must exist; the caller removes it after Stop. Both
+// processes then name dir on their command lines, so a program that runs
+// the control plane (hack/demo) can tell its own processes from any other.
+func WithDataDir(dir string) Option {
+	return func(o *options) { o.dataDir = dir }
 }
 
 // WithLogf sends New's progress lines (server version, start time) to logf;
@@ -136,6 +146,15 @@ func New(opts ...Option) (*Env, error) {
 	// KUBEBUILDER_ASSETS cannot pick other binaries than the ones checked.
 	te.ControlPlane.APIServer = &envtest.APIServer{Path: apiserver}
 	te.ControlPlane.Etcd = &envtest.Etcd{Path: etcd}
+	if o.dataDir != "" {
+		etcdDir, certDir := filepath.Join(o.dataDir, "etcd"), filepath.Join(o.dataDir, "kube-apiserver")
+		for _, dir := range []string{etcdDir, certDir} {
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				return nil, fmt.Errorf("control plane data directory: %w", err)
+			}
+		}
+		te.ControlPlane.Etcd.DataDir, te.ControlPlane.APIServer.CertDir = etcdDir, certDir
+	}
 	if os.Getenv(startTimeoutEnv) == "" {
 		te.ControlPlaneStartTimeout = defaultStartTimeout
 	}

@@ -298,3 +298,68 @@ func TestStartStop(t *testing.T) {
 		t.Fatalf("second Stop: %v", err)
 	}
 }
+
+// TestWithDataDir: etcd's data and the kube-apiserver's certificates go
+// under the given directory, both processes name it on their command lines
+// while they run (hack/demo finds its control plane that way), and none
+// does after Stop.
+func TestWithDataDir(t *testing.T) {
+	dir := t.TempDir()
+	e, err := New(WithDataDir(dir), WithLogf(t.Logf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Stop() }) // a second Stop does nothing
+	if err := e.Client.List(t.Context(), &corev1.NamespaceList{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"etcd/member", "kube-apiserver/apiserver.crt"} {
+		if _, err := os.Stat(filepath.Join(dir, sub)); err != nil {
+			t.Errorf("nothing at %s under the data directory: %v", sub, err)
+		}
+	}
+	running, err := commandsNaming(dir)
+	if err != nil {
+		t.Skipf("cannot list processes: %v", err)
+	}
+	if len(running) != 2 || !strings.Contains(strings.Join(running, "\n"), "etcd") || !strings.Contains(strings.Join(running, "\n"), "kube-apiserver") {
+		t.Errorf("processes naming %s: %q, want etcd and kube-apiserver", dir, running)
+	}
+	if err := e.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if left, err := commandsNaming(dir); err != nil || len(left) != 0 {
+		t.Errorf("after Stop, processes naming %s: %q, %v", dir, left, err)
+	}
+
+	if _, err := New(WithDataDir(filepath.Join(dir, "missing"))); err == nil || !strings.Contains(err.Error(), "data directory") {
+		t.Errorf("New with a data directory that does not exist: %v, want an error about it", err)
+	}
+}
+
+// commandsNaming lists the command lines in /proc that contain s, zombies
+// left out (they run nothing).
+func commandsNaming(s string) ([]string, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, d := range entries {
+		if d.Name()[0] < '0' || d.Name()[0] > '9' {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && strings.HasPrefix(string(stat[i+1:]), " Z") {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmd), s) {
+			out = append(out, strings.ReplaceAll(string(cmd), "\x00", " "))
+		}
+	}
+	return out, nil
+}

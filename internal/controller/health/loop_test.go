@@ -137,7 +137,9 @@ func TestLocalProvider(t *testing.T) {
 
 	fc.Step(DefaultInterval)
 	down := fc.Now()
-	_ = e.Provider.(*local.Provider).Close()
+	if err := e.Provider.(*local.Provider).Close(); err != nil {
+		t.Fatalf("closing the local provider: %v", err)
+	}
 	pass(t, l)
 	_, c = wantCondition(t, name, metav1.ConditionFalse, provider.ReasonUnreachable)
 	wantTime(t, "lastTransitionTime", &c.LastTransitionTime, down)
@@ -272,7 +274,7 @@ func TestCheckTimeout(t *testing.T) {
 	// Once it returns, the provider is checked again.
 	release()
 	close(stuck)
-	waitUntil(t, "the stuck Check returned", func() bool {
+	testenv.Eventually(t, "the stuck Check returned", func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return !l.running[se]

@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -59,9 +60,15 @@ func TestInManagerOnCachedClient(t *testing.T) {
 	wantCondition(t, name, "True", provider.ReasonHealthy)
 	// The passes are seconds apart in production; here the next comes at
 	// once, so wait for the cache to hold the status the first pass wrote.
-	waitUntil(t, "the cache sees the status", func() bool {
+	testenv.EventuallyNil(t, "the cache sees the status", func() error {
 		ph := &egressv1.ProviderHealth{}
-		return mgr.GetClient().Get(ctx, client.ObjectKey{Name: name}, ph) == nil && ph.Status.LastCheckTime != nil
+		if err := mgr.GetClient().Get(ctx, client.ObjectKey{Name: name}, ph); err != nil {
+			return err
+		}
+		if ph.Status.LastCheckTime == nil {
+			return errors.New("no lastCheckTime in the cached status yet")
+		}
+		return nil
 	})
 
 	counter.Reset()

@@ -198,15 +198,3 @@ func wantNoGauge(t *testing.T, name string) {
 		t.Fatalf("gauge series of %s = %v, want none", name, got)
 	}
 }
-
-// waitUntil polls cond; the bound only keeps a broken test from hanging.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

@@ -12,6 +12,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/fake"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/providertest"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 const providerName = "fake-under-test"
@@ -167,16 +168,16 @@ func TestDeleteReturnsEarly(t *testing.T) {
 				if err != nil || got.State != provider.StateTerminated || got.IP != "" {
 					t.Errorf("Get #%d while deleting = %+v, %v; want Terminated without IP", i, got, err)
 				}
-				if list, _ := p.ListByTag(t.Context()); len(list) != 1 {
-					t.Errorf("ListByTag while deleting lists %d, want the deleting instance", len(list))
+				if list, err := p.ListByTag(t.Context()); err != nil || len(list) != 1 {
+					t.Errorf("ListByTag while deleting lists %d, %v; want the deleting instance", len(list), err)
 				}
 				_, err = p.Create(t.Context(), req)
 				wantClass(t, "Create of a name being deleted", err, provider.ErrTransient)
 			}
 			_, err := p.Get(t.Context(), inst.ID)
 			wantClass(t, fmt.Sprintf("Get #%d after Delete", n+1), err, provider.ErrNotFound)
-			if list, _ := p.ListByTag(t.Context()); len(list) != 0 {
-				t.Errorf("ListByTag after the delete finished lists %+v", list)
+			if list, err := p.ListByTag(t.Context()); err != nil || len(list) != 0 {
+				t.Errorf("ListByTag after the delete finished lists %+v, %v; want none", list, err)
 			}
 			if _, ok := p.Backend().Lookup(req.Name); ok {
 				t.Errorf("backend still holds %q", req.Name)
@@ -292,7 +293,7 @@ func TestBlock(t *testing.T) {
 		release := p.Block(provider.OpList)
 		done := make(chan error, 1)
 		go func() { _, err := p.ListByTag(t.Context()); done <- err }()
-		waitFor(t, "the call to park", func() bool { return p.Calls(provider.OpList) == 1 })
+		testenv.Eventually(t, "the call to park", func() bool { return p.Calls(provider.OpList) == 1 })
 		select {
 		case err := <-done:
 			t.Fatalf("ListByTag returned %v while blocked", err)
@@ -321,22 +322,11 @@ func TestBlock(t *testing.T) {
 		release := p.Block(provider.OpGet)
 		done := make(chan error, 1)
 		go func() { _, err := p.Get(t.Context(), fake.ID("nothing")); done <- err }()
-		waitFor(t, "the call to park", func() bool { return p.Calls(provider.OpGet) == 1 })
+		testenv.Eventually(t, "the call to park", func() bool { return p.Calls(provider.OpGet) == 1 })
 		p.Reset()
 		wantClass(t, "Get released by Reset", <-done, provider.ErrNotFound)
 		release() // after Reset: must not panic
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func TestRecordsAndReset(t *testing.T) {
@@ -377,16 +367,16 @@ func TestWorldActsBehindTheProvider(t *testing.T) {
 	if !p.SetState(req.Name, provider.StateStopped) {
 		t.Fatal("SetState of an existing instance reported false")
 	}
-	if got, _ := p.Get(t.Context(), inst.ID); got.State != provider.StateStopped || got.IP != "" {
-		t.Errorf("Get after SetState(Stopped) = %+v, want Stopped without IP", got)
+	if got, err := p.Get(t.Context(), inst.ID); err != nil || got.State != provider.StateStopped || got.IP != "" {
+		t.Errorf("Get after SetState(Stopped) = %+v, %v; want Stopped without IP", got, err)
 	}
 	if again := mustCreate(t, p, req); again.State != provider.StateRunning || again.IP == "" {
 		t.Errorf("Create over the stopped instance = %+v, want it started", again)
 	}
 	p.SetState(req.Name, provider.StateProvisioning)
 	for range 3 {
-		if got, _ := p.Get(t.Context(), inst.ID); got.State != provider.StateProvisioning {
-			t.Errorf("Get after SetState(Provisioning) = %q; it holds until changed", got.State)
+		if got, err := p.Get(t.Context(), inst.ID); err != nil || got.State != provider.StateProvisioning {
+			t.Errorf("Get after SetState(Provisioning) = %q, %v; it holds until changed", got.State, err)
 		}
 	}
 	if !p.Remove(req.Name) || p.Remove(req.Name) || p.SetState(req.Name, provider.StateRunning) {
@@ -425,8 +415,8 @@ func TestClockAndCheck(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	p.Backend().SetClock(func() time.Time { return at })
 	mustCreate(t, p, request("web", "u1"))
-	if list, _ := p.ListByTag(t.Context()); len(list) != 1 || !list[0].CreatedAt.Equal(at) || list[0].State != "" {
-		t.Errorf("ListByTag = %+v, want one instance created at %v with no state", list, at)
+	if list, err := p.ListByTag(t.Context()); err != nil || len(list) != 1 || !list[0].CreatedAt.Equal(at) || list[0].State != "" {
+		t.Errorf("ListByTag = %+v, %v; want one instance created at %v with no state", list, err, at)
 	}
 
 	if r := p.Check(t.Context()); !r.Healthy || r.Reason != provider.ReasonHealthy {

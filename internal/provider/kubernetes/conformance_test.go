@@ -2,9 +2,9 @@ package kubernetes
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/providertest"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 // conformanceNamespace holds the suite's instances; installations keep the
@@ -96,13 +97,16 @@ func (b *apiBackend) Vanish(t *testing.T, id string) {
 		}
 	}
 	// Unscheduled Pods go at once; wait for the API server to agree.
-	for {
-		_, err := b.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return
+	testenv.EventuallyNil(t, "pod "+id+" gone after Vanish", func() error {
+		pod, err := b.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			t.Fatalf("Vanish(%q): reading the pod: %v", id, err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("pod still there (deletionTimestamp %v, finalizers %v)", pod.DeletionTimestamp, pod.Finalizers)
+	})
 }
 
 // Plant creates a Pod named name with marks as labels (none for nil), as

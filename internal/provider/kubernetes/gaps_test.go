@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -65,22 +68,24 @@ func TestGap_CloudInitAndPlacementUsed(t *testing.T) {
 	if _, err := bounded(p).Create(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	cs := adminClient(t)
-	pod, err := cs.CoreV1().Pods(ns).Get(ctx, req.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	pod, svc, cm := instanceObjects(t, ns, req.Name)
+	aff := pod.Spec.Affinity
+	if aff == nil || aff.NodeAffinity == nil || aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		t.Fatalf("no required node affinity: %+v", aff)
 	}
-	terms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if terms[0].MatchExpressions[0].Key != corev1.LabelTopologyZone || terms[0].MatchExpressions[0].Values[0] != "eu-1a" {
+	terms := aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) == 0 || len(terms[0].MatchExpressions) == 0 || len(terms[0].MatchExpressions[0].Values) == 0 ||
+		terms[0].MatchExpressions[0].Key != corev1.LabelTopologyZone || terms[0].MatchExpressions[0].Values[0] != "eu-1a" {
 		t.Errorf("node affinity %+v, want zone eu-1a", terms)
 	}
 	if got := pod.Spec.Containers[0].Resources.Limits.Memory(); got.Cmp(resource.MustParse("64Mi")) != 0 {
 		t.Errorf("memory limit %v, want the machine type's 64Mi", got)
 	}
-	cm, _ := cs.CoreV1().ConfigMaps(ns).Get(ctx, req.Name, metav1.GetOptions{})
-	svc, _ := cs.CoreV1().Services(ns).Get(ctx, req.Name, metav1.GetOptions{})
 	for _, obj := range []any{pod, cm, svc} {
-		b, _ := json.Marshal(obj)
+		b, err := json.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if strings.Contains(string(b), sentinel) {
 			t.Errorf("cloud-init reached an object: %s", b)
 		}
@@ -88,6 +93,31 @@ func TestGap_CloudInitAndPlacementUsed(t *testing.T) {
 	if strings.Contains(logs.String(), sentinel) {
 		t.Errorf("cloud-init reached a log line:\n%s", logs.String())
 	}
+}
+
+// instanceObjects reads the Pod, Service and ConfigMap of the instance
+// named name, failing the test unless all three exist: a check of an
+// object that was never read proves nothing.
+func instanceObjects(t *testing.T, ns, name string) (*corev1.Pod, *corev1.Service, *corev1.ConfigMap) {
+	t.Helper()
+	ctx := context.Background()
+	cs := adminClient(t)
+	pod, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading the Pod: %v", err)
+	}
+	if len(pod.Spec.Containers) == 0 {
+		t.Fatalf("Pod %s/%s has no container", ns, name)
+	}
+	svc, err := cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading the Service: %v", err)
+	}
+	cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading the ConfigMap: %v", err)
+	}
+	return pod, svc, cm
 }
 
 // Gap: no quota class. A quota refusal and an RBAC refusal are both 403
@@ -159,7 +189,8 @@ func TestResourceQuotaIsQuotaExceeded(t *testing.T) {
 	}
 }
 
-// Gap: a Pod being deleted still reported its phase, so it could read Running.
+// Gap: a Pod being deleted still reported its phase, so it could read
+// Running. A Ready Pod being deleted is Terminated, without an IP.
 func TestGap_DeletingPodNeverRunning(t *testing.T) {
 	ns := newNamespace(t, "deleting", nil)
 	cs := adminClient(t)
@@ -172,25 +203,50 @@ func TestGap_DeletingPodNeverRunning(t *testing.T) {
 	if got := waitRunning(ctx, t, cs, p, inst.ID); got.State != provider.StateRunning {
 		t.Fatalf("never Running: %+v", got)
 	}
-	_, name, _ := parseID(inst.ID)
-	// A finalizer keeps the Pod readable with its deletion timestamp.
-	pod, _ := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	pod.Finalizers = []string{"test.example/hold"}
-	if _, err := cs.CoreV1().Pods(ns).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+	_, name, err := parseID(inst.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
+	// A finalizer keeps the Pod readable with its deletion timestamp.
+	setPodFinalizers(t, ns, name, "test.example/hold")
+	t.Cleanup(func() { setPodFinalizers(t, ns, name) })
 	if err := p.Delete(ctx, inst.ID); err != nil {
 		t.Fatal(err)
 	}
+	pod, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the held Pod is not readable after Delete: %v", err)
+	}
+	if pod.DeletionTimestamp == nil || !podReady(pod) || pod.Status.PodIP == "" {
+		t.Fatalf("the Pod is not a Ready Pod being deleted (deletionTimestamp %v, ready %v, IP %q): the case is not exercised",
+			pod.DeletionTimestamp, podReady(pod), pod.Status.PodIP)
+	}
 	got, err := p.Get(ctx, inst.ID)
-	if err != nil || got.State == provider.StateRunning || got.IP != "" {
-		t.Errorf("Get of a Ready Pod being deleted: %+v, %v; want Terminated without IP", got, err)
+	if err != nil {
+		t.Fatalf("Get of a Ready Pod being deleted: %v", err)
 	}
-	pod, _ = cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	pod.Finalizers = nil
-	if _, err := cs.CoreV1().Pods(ns).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	if got.State != provider.StateTerminated || got.IP != "" || got.Host != "" {
+		t.Errorf("Get of a Ready Pod being deleted: %+v; want Terminated without IP or host", got)
 	}
+}
+
+// setPodFinalizers replaces the Pod's finalizers, retrying on conflicts
+// with the test's own status writes.
+func setPodFinalizers(t *testing.T, ns, name string, finalizers ...string) {
+	t.Helper()
+	pods := adminClient(t).CoreV1().Pods(ns)
+	testenv.EventuallyNil(t, "finalizers of pod "+name+" set to "+strings.Join(finalizers, ","), func() error {
+		pod, err := pods.Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pod.Finalizers = finalizers
+		_, err = pods.Update(context.Background(), pod, metav1.UpdateOptions{})
+		if err != nil && !apierrors.IsConflict(err) {
+			t.Fatalf("updating the finalizers of pod %s: %v", name, err)
+		}
+		return err
+	})
 }
 
 // Gap: no securityContext, no resources, and "http_access allow all". The
@@ -206,15 +262,15 @@ func TestGap_SecurityContextAndNoAllowAll(t *testing.T) {
 		t.Fatalf("Create in a restricted namespace: %v", err)
 	}
 	cs := adminClient(t)
-	pod, _ := cs.CoreV1().Pods(ns).Get(context.Background(), req.Name, metav1.GetOptions{})
+	pod, _, cm := instanceObjects(t, ns, req.Name)
 	c := pod.Spec.Containers[0]
 	if c.Resources.Limits.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
 		t.Errorf("no resources: %+v", c.Resources)
 	}
-	if sc := c.SecurityContext; sc == nil || !*sc.ReadOnlyRootFilesystem || *sc.AllowPrivilegeEscalation {
+	if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
 		t.Errorf("container securityContext %+v", sc)
 	}
-	cm, _ := cs.CoreV1().ConfigMaps(ns).Get(context.Background(), req.Name, metav1.GetOptions{})
 	if conf := cm.Data[confFile]; strings.Contains(conf+"\n", "http_access allow all\n") || !strings.HasSuffix(strings.TrimSpace(httpAccess(conf)), "http_access deny all") {
 		t.Errorf("squid.conf is not deny-by-default:\n%s", conf)
 	}
@@ -266,15 +322,12 @@ func TestGap_LoggingAndCheckerDetails(t *testing.T) {
 // Gap: no OwnerReference, so a bypassed finalizer leaked the Pod.
 func TestGap_OwnerReference(t *testing.T) {
 	ns := newNamespace(t, "owner", nil)
-	cs := adminClient(t)
 	p := newAPIProvider(t, "inst", Config{}, nil)
 	req := apiRequest(ns, "owned")
 	if _, err := p.Create(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
-	pod, _ := cs.CoreV1().Pods(ns).Get(context.Background(), req.Name, metav1.GetOptions{})
-	svc, _ := cs.CoreV1().Services(ns).Get(context.Background(), req.Name, metav1.GetOptions{})
-	cm, _ := cs.CoreV1().ConfigMaps(ns).Get(context.Background(), req.Name, metav1.GetOptions{})
+	pod, svc, cm := instanceObjects(t, ns, req.Name)
 	for _, m := range []metav1.ObjectMeta{pod.ObjectMeta, svc.ObjectMeta, cm.ObjectMeta} {
 		if len(m.OwnerReferences) != 1 {
 			t.Fatalf("%s owner references %+v, want one", m.Name, m.OwnerReferences)
@@ -292,9 +345,11 @@ func TestGap_OwnerReference(t *testing.T) {
 	if _, err := op.Create(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
-	pod, _ = cs.CoreV1().Pods(other).Get(context.Background(), req.Name, metav1.GetOptions{})
-	if len(pod.OwnerReferences) != 0 {
-		t.Errorf("cross-namespace owner reference %+v", pod.OwnerReferences)
+	pod, svc, cm = instanceObjects(t, other, req.Name)
+	for _, m := range []metav1.ObjectMeta{pod.ObjectMeta, svc.ObjectMeta, cm.ObjectMeta} {
+		if len(m.OwnerReferences) != 0 {
+			t.Errorf("%s in another namespace than its Proxy has owner references %+v", m.Name, m.OwnerReferences)
+		}
 	}
 }
 
@@ -334,21 +389,47 @@ func TestGap_RBACOptional(t *testing.T) {
 	if err := yaml.Unmarshal(def, &d); err != nil {
 		t.Fatal(err)
 	}
-	if c, ok := d["components"]; ok && strings.Contains(strings.Join(anyStrings(c), ","), "kubernetes-provider") {
-		t.Errorf("config/default includes the kubernetes-provider component by default: %v", c)
+	if c, ok := d["components"]; ok {
+		list, err := yamlStrings(c)
+		if err != nil {
+			t.Fatalf("config/default components: %v", err)
+		}
+		for _, comp := range list {
+			if strings.Contains(comp, "kubernetes-provider") {
+				t.Errorf("config/default includes the kubernetes-provider component by default: %v", list)
+			}
+		}
 	}
-	mgrRole, _ := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
-	if strings.Contains(string(mgrRole), "pods") {
-		t.Errorf("config/rbac/role.yaml grants pods to every installation")
+	mgrRole, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cr rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(mgrRole, &cr); err != nil || cr.Kind != "ClusterRole" || len(cr.Rules) == 0 {
+		t.Fatalf("config/rbac/role.yaml: kind %q, %d rules, %v; want a ClusterRole with rules", cr.Kind, len(cr.Rules), err)
+	}
+	for _, r := range cr.Rules {
+		for _, res := range r.Resources {
+			if res == "pods" || res == "services" || res == "configmaps" {
+				t.Errorf("config/rbac/role.yaml grants %s %v to every installation", res, r.Verbs)
+			}
+		}
 	}
 }
 
-func anyStrings(v any) []string {
-	list, _ := v.([]any)
+// yamlStrings is a YAML list of strings, or an error naming what it is not.
+func yamlStrings(v any) ([]string, error) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a list", v)
+	}
 	out := make([]string, 0, len(list))
 	for _, x := range list {
-		s, _ := x.(string)
+		s, ok := x.(string)
+		if !ok {
+			return nil, fmt.Errorf("item %v (%T) is not a string", x, x)
+		}
 		out = append(out, s)
 	}
-	return out
+	return out, nil
 }
