@@ -88,19 +88,7 @@ func TestIdleFleetWrites(t *testing.T) {
 	} else {
 		heartbeat = 5 * time.Minute
 	}
-	op, err := New(context.Background(), cfg, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- op.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("operator: %v", err)
-		}
-	})
+	runOperator(t, cfg, o)
 
 	for i := 0; i < proxies; i++ {
 		px := &egressv1.Proxy{

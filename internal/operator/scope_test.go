@@ -81,19 +81,7 @@ func startAs(t *testing.T, userAgent string, o Options) *testenv.RequestCounter 
 	cfg.UserAgent = userAgent
 	cfg, counter := testenv.CountingConfig(cfg)
 	o.MetricsAddr, o.ProbeAddr, o.SkipControllerNameValidation = "0", "0", true
-	op, err := New(context.Background(), cfg, o)
-	if err != nil {
-		t.Fatalf("%s: %v", userAgent, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- op.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("%s: %v", userAgent, err)
-		}
-	})
+	runOperator(t, cfg, o)
 	return counter
 }
 
