@@ -267,3 +267,35 @@ func TestProxyStatusValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestCanonicalSourceRanges: a range with host bits set (10.0.0.1/8) would
+// be widened to 10.0.0.0/8 by every consumer, more access than a user who
+// meant one host intended; it is refused with the canonical form named.
+func TestCanonicalSourceRanges(t *testing.T) {
+	ns := newNamespace(t)
+	tests := []struct {
+		name   string
+		ranges []any
+		want   *invalid
+	}{
+		{"IPv4 host bits set", []any{"10.0.0.0/16", "10.0.0.1/8"}, &invalid{"spec.allowedSourceRanges[1]", "10.0.0.0/8"}},
+		{"IPv4 /24 host bits set", []any{"192.168.1.7/24"}, &invalid{"spec.allowedSourceRanges[0]", "192.168.1.0/24"}},
+		{"IPv6 host bits set", []any{"2001:db8::1/32"}, &invalid{"spec.allowedSourceRanges[0]", "2001:db8::/32"}},
+		{"IPv6 not lower case", []any{"2001:DB8::/32"}, &invalid{"spec.allowedSourceRanges[0]", "2001:db8::/32"}},
+		{"IPv6 not compressed", []any{"2001:db8:0:0:0:0:0:0/32"}, &invalid{"spec.allowedSourceRanges[0]", "2001:db8::/32"}},
+		{"canonical IPv4 and IPv6", []any{"10.0.0.0/8", "192.168.1.7/32", "2001:db8::/32", "fd00::1/128"}, nil},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := proxyObject(ns, fmt.Sprintf("canon-%02d", i), map[string]any{"provider": "local", "allowedSourceRanges": tt.ranges})
+			err := env.Client.Create(t.Context(), obj)
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("refused: %s", shorten(err.Error()))
+				}
+				return
+			}
+			checkInvalid(t, err, *tt.want)
+		})
+	}
+}
