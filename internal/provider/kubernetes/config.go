@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
 // DefaultImage is the Squid image Pods run when the entry names none. The
@@ -45,6 +46,13 @@ type Config struct {
 	Resources MachineType `json:"resources,omitempty"`
 	// MachineTypes is the catalogue placement.machineType picks from.
 	MachineTypes map[string]MachineType `json:"machineTypes,omitempty"`
+	// ClusterCIDRs are the cluster's Service and Pod ranges. The proxies
+	// deny them as destinations like the private ranges (which usually hold
+	// them already), so a cluster on other addresses is covered too.
+	ClusterCIDRs []string `json:"clusterCIDRs,omitempty"`
+	// Settings are the destination policy's keys, allowedDestinations and
+	// connectPorts, beside the type's own.
+	egress.Settings
 }
 
 // MachineType is a CPU and memory size.
@@ -86,6 +94,9 @@ func (c *Config) Validate(path *field.Path) field.ErrorList {
 			"must be a UID above 0: Pod Security \"restricted\" forbids root"))
 	}
 	errs = append(errs, c.Resources.validate(path.Child("resources"), true)...)
+	_, rangeErrs := egress.ParseRanges(c.ClusterCIDRs, path.Child("clusterCIDRs"))
+	errs = append(errs, rangeErrs...)
+	errs = append(errs, c.Settings.Validate(path)...)
 	names := make([]string, 0, len(c.MachineTypes))
 	for n := range c.MachineTypes {
 		names = append(names, n)
@@ -121,6 +132,17 @@ func (m MachineType) validate(path *field.Path, required bool) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// destinations is the policy of a validated config: the defaults, the
+// cluster's ranges denied too, the entry's exceptions.
+func (c *Config) destinations() *egress.Policy {
+	prefixes, _ := egress.ParseRanges(c.ClusterCIDRs, nil)
+	extra := make([]egress.Range, 0, len(prefixes))
+	for _, pfx := range prefixes {
+		extra = append(extra, egress.Range{Prefix: pfx, Why: "the cluster's Service or Pod range (clusterCIDRs)"})
+	}
+	return c.Settings.Policy(extra...)
 }
 
 // Parse decodes a `kubernetes` block strictly, fills in defaults and
