@@ -93,11 +93,13 @@ type ProxySpec struct {
 
 	// AllowedSourceRanges are the CIDRs admitted to use the proxy. Empty
 	// admits only clients on the proxy's own host; the proxy is never open
-	// to all.
+	// to all. Each is written in canonical form: 10.0.0.1/8 is refused
+	// rather than widened to 10.0.0.0/8, more than one host.
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.0.0.0/8 or 2001:db8::/32"
 	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() > 0",message="a /0 range would make an open proxy; list the ranges that may use it"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || string(cidr(self).masked()) == self",messageExpression="'must be in canonical form (no host bits set, lower case, IPv6 compressed): write %s for the whole range, or %s/%d for one host'.format([string(cidr(self).masked()), string(cidr(self).ip()), cidr(self).ip().family() == 4 ? 32 : 128])"
 	// +listType=set
 	// +optional
 	AllowedSourceRanges []string `json:"allowedSourceRanges,omitempty"`

@@ -1,17 +1,20 @@
 package v1alpha1_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 // proxyObject is built untyped so a test can send what the Go types would
@@ -300,5 +303,121 @@ func TestProxyStatusValidation(t *testing.T) {
 			}
 			checkInvalid(t, err, *tt.want)
 		})
+	}
+}
+
+// TestCanonicalSourceRanges: a range with host bits set (10.0.0.1/8) would
+// be widened to 10.0.0.0/8 by every consumer, more access than a user who
+// meant one host intended; it is refused with the canonical form named.
+func TestCanonicalSourceRanges(t *testing.T) {
+	ns := newNamespace(t)
+	tests := []struct {
+		name   string
+		ranges []any
+		want   *invalid
+	}{
+		{"IPv4 host bits set", []any{"10.0.0.0/16", "10.0.0.1/8"}, &invalid{"spec.allowedSourceRanges[1]", "10.0.0.0/8"}},
+		{"IPv4 /24 host bits set", []any{"192.168.1.7/24"}, &invalid{"spec.allowedSourceRanges[0]", "192.168.1.0/24"}},
+		{"IPv6 host bits set", []any{"2001:db8::1/32"}, &invalid{"spec.allowedSourceRanges[0]", "2001:db8::/32"}},
+		{"IPv6 not lower case", []any{"2001:DB8::/32"}, &invalid{"spec.allowedSourceRanges[0]", "2001:db8::/32"}},
+		{"IPv6 not compressed", []any{"2001:db8:0:0:0:0:0:0/32"}, &invalid{"spec.allowedSourceRanges[0]", "2001:db8::/32"}},
+		{"canonical IPv4 and IPv6", []any{"10.0.0.0/8", "192.168.1.7/32", "2001:db8::/32", "fd00::1/128"}, nil},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := proxyObject(ns, fmt.Sprintf("canon-%02d", i), map[string]any{"provider": "local", "allowedSourceRanges": tt.ranges})
+			err := env.Client.Create(t.Context(), obj)
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("refused: %s", shorten(err.Error()))
+				}
+				return
+			}
+			checkInvalid(t, err, *tt.want)
+		})
+	}
+}
+
+// TestCanonicalSourceRangesRatchet: a Proxy stored before the canonical rule
+// existed (with 10.0.0.1/8) can still be updated while that field is left as
+// it is (the operator adds and removes its finalizer), since the API server
+// ratchets CRD validation; a new non-canonical range is refused.
+func TestCanonicalSourceRangesRatchet(t *testing.T) {
+	ctx := t.Context()
+	ns := newNamespace(t)
+	key := client.ObjectKey{Name: "proxies.egress.proxy-operator.dev"}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := env.Client.Get(ctx, key, crd); err != nil {
+		t.Fatal(err)
+	}
+	// The CRD as it was before the rule: drop it from the items' rules.
+	items := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["allowedSourceRanges"].Items.Schema
+	var kept apiextensionsv1.ValidationRules
+	for _, r := range items.XValidations {
+		if !strings.Contains(r.Rule, "masked()") {
+			kept = append(kept, r)
+		}
+	}
+	if len(kept) == len(items.XValidations) {
+		t.Fatal("the CRD has no canonical-form rule to drop")
+	}
+	// Background, not t.Context(): the cleanup that restores the rule runs
+	// after the test's context is cancelled.
+	setRules := func(rules apiextensionsv1.ValidationRules) {
+		t.Helper()
+		ctx := context.Background()
+		testenv.EventuallyNil(t, "updating the Proxy CRD", func() error {
+			cur := &apiextensionsv1.CustomResourceDefinition{}
+			if err := env.Client.Get(ctx, key, cur); err != nil {
+				return err
+			}
+			s := cur.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+			ranges := s.Properties["allowedSourceRanges"]
+			ranges.Items.Schema.XValidations = rules
+			s.Properties["allowedSourceRanges"] = ranges
+			cur.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = s
+			return env.Client.Update(ctx, cur)
+		})
+	}
+	wide := map[string]any{"provider": "local", "allowedSourceRanges": []any{"10.0.0.1/8"}}
+	dryRun := func(name string) error {
+		return env.Client.Create(ctx, proxyObject(ns, name, wide), client.DryRunAll)
+	}
+	original := items.XValidations
+	setRules(kept)
+	t.Cleanup(func() { setRules(original) })
+	testenv.EventuallyNil(t, "the API server serving the CRD without the rule", func() error { return dryRun("probe-old") })
+	stored := proxyObject(ns, "stored-before", wide)
+	if err := env.Client.Create(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	setRules(original)
+	testenv.Eventually(t, "the API server serving the CRD with the rule", func() bool { return dryRun("probe-new") != nil })
+
+	// Unchanged field: accepted (a finalizer, a port change).
+	stored.SetFinalizers([]string{"egress.proxy-operator.dev/test"})
+	if err := env.Client.Update(ctx, stored); err != nil {
+		t.Fatalf("updating the stored Proxy's finalizers: %s", shorten(err.Error()))
+	}
+	stored.Object["spec"].(map[string]any)["port"] = int64(3129)
+	if err := env.Client.Update(ctx, stored); err != nil {
+		t.Fatalf("updating the stored Proxy's port: %s", shorten(err.Error()))
+	}
+	// A changed field is validated whole: the new non-canonical range and
+	// the stored one are refused.
+	stored.Object["spec"].(map[string]any)["allowedSourceRanges"] = []any{"10.0.0.1/8", "192.168.1.7/24"}
+	err := env.Client.Update(ctx, stored)
+	checkInvalid(t, err, invalid{"spec.allowedSourceRanges[1]", "write 192.168.1.0/24"})
+	checkInvalid(t, err, invalid{"spec.allowedSourceRanges[0]", "write 10.0.0.0/8"})
+	// The finalizer goes, and the Proxy with it.
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(stored), stored); err != nil {
+		t.Fatal(err)
+	}
+	stored.SetFinalizers(nil)
+	if err := env.Client.Update(ctx, stored); err != nil {
+		t.Fatalf("removing the finalizer: %s", shorten(err.Error()))
+	}
+	if err := env.Client.Delete(ctx, stored); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -157,7 +157,9 @@ func isReady(px *egressv1.Proxy) bool { return px != nil && readyReason(px) == "
 func TestLocalEndToEnd(t *testing.T) {
 	reg := registry.New(registry.DefaultTypes(), providerOptions())
 	cfgFile := filepath.Join(t.TempDir(), "providers.yaml")
-	if err := os.WriteFile(cfgFile, []byte("providers:\n- name: local\n  type: local\n  local:\n    bindCIDR: 127.0.101.0/24\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfgFile, []byte("providers:\n- name: local\n  type: local\n  local:\n    bindCIDR: 127.0.101.0/24\n"+
+		// The origin below is on 127.0.0.1, which the default policy refuses.
+		"    allowedDestinations: [127.0.0.1/32]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := (&registry.Watcher{Registry: reg, Path: cfgFile}).Load(); err != nil {

@@ -25,8 +25,11 @@ const checkTarget = "apiserver"
 // RBAC stays one rule) and delete.
 var (
 	neededVerbs     = []string{"get", "list", "create", "patch", "delete"}
-	neededResources = []string{"pods", "services", "configmaps"}
+	neededResources = []groupResource{{"", "pods"}, {"", "services"}, {"", "configmaps"}, {"networking.k8s.io", "networkpolicies"}}
 )
+
+// groupResource is a resource of an API group ("" is the core group).
+type groupResource struct{ group, resource string }
 
 // Check reads the API server's version and asks it, with one
 // SelfSubjectAccessReview per verb and resource, whether the operator may
@@ -81,8 +84,12 @@ func (p *Provider) check(ctx context.Context) provider.CheckResult {
 	}
 	res.Details["missing"] = "none"
 	res.Healthy, res.Reason = true, provider.ReasonHealthy
+	names := make([]string, len(neededResources))
+	for i, r := range neededResources {
+		names[i] = r.resource
+	}
 	res.Message = fmt.Sprintf("API server %s reachable; may get, list, create, patch and delete %s in namespace %s",
-		v.GitVersion, strings.Join(neededResources, ", "), shown)
+		v.GitVersion, strings.Join(names, ", "), shown)
 	return res
 }
 
@@ -93,14 +100,14 @@ func (p *Provider) missingPermissions(ctx context.Context, c clientset.Interface
 	for _, r := range neededResources {
 		for _, verb := range neededVerbs {
 			review := &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{
-				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: verb, Resource: r},
+				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: r.group, Resource: r.resource},
 			}}
 			got, err := c.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
 			if err != nil {
 				return nil, err
 			}
 			if !got.Status.Allowed {
-				missing = append(missing, verb+" "+r)
+				missing = append(missing, verb+" "+r.resource)
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
 // DefaultImage is the Squid image Pods run when the entry names none. The
@@ -50,6 +51,13 @@ type Config struct {
 	// limits"): sustained requests per second, and the burst above it.
 	ClientQPS   float32 `json:"clientQPS,omitempty"`
 	ClientBurst int     `json:"clientBurst,omitempty"`
+	// ClusterCIDRs are the cluster's Service and Pod ranges. The proxies
+	// deny them as destinations like the private ranges (which usually hold
+	// them already), so a cluster on other addresses is covered too.
+	ClusterCIDRs []string `json:"clusterCIDRs,omitempty"`
+	// Settings are the destination policy's keys, allowedDestinations and
+	// connectPorts, beside the type's own.
+	egress.Settings
 }
 
 // MachineType is a CPU and memory size.
@@ -103,6 +111,9 @@ func (c *Config) Validate(path *field.Path) field.ErrorList {
 	if c.ClientBurst < 1 {
 		errs = append(errs, field.Invalid(path.Child("clientBurst"), c.ClientBurst, "must be at least 1"))
 	}
+	_, rangeErrs := egress.ParseRanges(c.ClusterCIDRs, path.Child("clusterCIDRs"))
+	errs = append(errs, rangeErrs...)
+	errs = append(errs, c.Settings.Validate(path)...)
 	names := make([]string, 0, len(c.MachineTypes))
 	for n := range c.MachineTypes {
 		names = append(names, n)
@@ -138,6 +149,17 @@ func (m MachineType) validate(path *field.Path, required bool) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// destinations is the policy of a validated config: the defaults, the
+// cluster's ranges denied too, the entry's exceptions.
+func (c *Config) destinations() *egress.Policy {
+	prefixes, _ := egress.ParseRanges(c.ClusterCIDRs, nil)
+	extra := make([]egress.Range, 0, len(prefixes))
+	for _, pfx := range prefixes {
+		extra = append(extra, egress.Range{Prefix: pfx, Why: "the cluster's Service or Pod range (clusterCIDRs)"})
+	}
+	return c.Settings.Policy(extra...)
 }
 
 // Parse decodes a `kubernetes` block strictly, fills in defaults and

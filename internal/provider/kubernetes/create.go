@@ -14,7 +14,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
-// Create makes the instance's ConfigMap, Pod and Service and returns as soon
+// Create makes the instance's ConfigMap, NetworkPolicy, Pod and Service and returns as soon
 // as the API server accepted them (the Pod reads Provisioning until the
 // kubelet reports it Ready), or adopts the Pod already under req.Name when
 // it is ours, making whichever of the ConfigMap and Service is missing.
@@ -63,8 +63,12 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.Cre
 		return provider.Instance{}, "", classify(err, "reading pod "+instanceID(s.namespace, s.name))
 	}
 
-	// ConfigMap first, so the Pod finds its config when it is scheduled.
+	// ConfigMap first, so the Pod finds its config when it is scheduled;
+	// the NetworkPolicy before the Pod, so the Pod is never unfenced.
 	if err := p.ensureConfigMap(ctx, c, s); err != nil {
+		return provider.Instance{}, "", err
+	}
+	if err := p.ensureNetworkPolicy(ctx, c, s); err != nil {
 		return provider.Instance{}, "", err
 	}
 	pod, err := pods.Create(ctx, p.buildPod(s), metav1.CreateOptions{})
@@ -99,10 +103,13 @@ func (p *Provider) adoptable(labels map[string]string, uid, kind string, s spec)
 		kind, instanceID(s.namespace, s.name), provider.AdoptionError(v, s.name))
 }
 
-// ensureSecondary makes the ConfigMap and Service of an adopted Pod when a
-// crash or a human removed them.
+// ensureSecondary makes the ConfigMap, NetworkPolicy and Service of an
+// adopted Pod when a crash or a human removed them.
 func (p *Provider) ensureSecondary(ctx context.Context, c clientset.Interface, s spec) error {
 	if err := p.ensureConfigMap(ctx, c, s); err != nil {
+		return err
+	}
+	if err := p.ensureNetworkPolicy(ctx, c, s); err != nil {
 		return err
 	}
 	return p.ensureService(ctx, c, s)

@@ -10,7 +10,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
-// Delete removes the instance's Pod, Service and ConfigMap and returns once
+// Delete removes the instance's Pod, Service, ConfigMap and NetworkPolicy and returns once
 // the API server accepted the deletions; the Pod then terminates on its own
 // (Get reads Terminated until it is gone). An object that is gone, or that
 // is not ours, counts as deleted and is left alone.
@@ -49,6 +49,11 @@ func (p *Provider) delete(ctx context.Context, id string) ([]string, error) {
 		{"configmap", func(ctx context.Context, n string) (metav1.Object, error) {
 			return core.ConfigMaps(ns).Get(ctx, n, metav1.GetOptions{})
 		}, core.ConfigMaps(ns).Delete},
+		// Last: the Pod it fences is already going (and Squid's own ACL
+		// admits the same ranges while it shuts down).
+		{"networkpolicy", func(ctx context.Context, n string) (metav1.Object, error) {
+			return c.NetworkingV1().NetworkPolicies(ns).Get(ctx, n, metav1.GetOptions{})
+		}, c.NetworkingV1().NetworkPolicies(ns).Delete},
 	}
 	var deleted []string
 	for _, k := range kinds {

@@ -25,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
 // Type is the provider type name used in the providers config.
@@ -51,6 +52,8 @@ type Provider struct {
 	name string
 	opts provider.Options
 	cfg  Config
+	// dest is what the Pods' Squid lets clients reach.
+	dest *egress.Policy
 
 	// restConfig returns the cluster config; ctrl.GetConfig in production.
 	restConfig func() (*rest.Config, error)
@@ -90,7 +93,7 @@ func newWithConfig(name string, cfg Config, opts provider.Options, rc *rest.Conf
 	if rc != nil {
 		get = func() (*rest.Config, error) { return rc, nil }
 	}
-	return &Provider{name: name, opts: opts, cfg: cfg, restConfig: get}, nil
+	return &Provider{name: name, opts: opts, cfg: cfg, dest: cfg.destinations(), restConfig: get}, nil
 }
 
 // clientFor returns the API client, building it on first use. A failure is

@@ -12,9 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
 // The Proxy the objects are owned by; the CreateRequest carries its name,
@@ -70,13 +72,14 @@ func (p *Provider) resolve(req provider.CreateRequest) (spec, error) {
 	if req.Port < 1 || req.Port > 65535 {
 		problems = append(problems, fmt.Sprintf("port %d is outside 1-65535", req.Port))
 	}
-	for _, r := range req.AllowedSourceRanges {
-		pfx, err := netip.ParsePrefix(strings.TrimSpace(r))
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("allowedSourceRanges entry %q is not a CIDR", r))
-			continue
-		}
-		s.ranges = append(s.ranges, pfx.Masked())
+	// Canonical ranges only: masking 10.0.0.1/8 would admit more than the
+	// author meant.
+	ranges, errs := egress.ParseRanges(req.AllowedSourceRanges, field.NewPath("allowedSourceRanges"))
+	for _, e := range errs {
+		problems = append(problems, e.Error())
+	}
+	if len(errs) == 0 {
+		s.ranges = ranges
 	}
 	pl := req.Placement
 	if pl.MachineType != "" {
@@ -164,7 +167,7 @@ func ownerRef(s spec) (metav1.OwnerReference, bool) {
 func (p *Provider) buildConfigMap(s spec) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		ObjectMeta: p.meta(s),
-		Data:       map[string]string{confFile: squidConf(podSquidParams(s.req.Port, s.ranges))},
+		Data:       map[string]string{confFile: podSquidConf(s.req.Port, s.ranges, p.dest)},
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
 // DefaultBindCIDR is the range instances take their addresses from when the
@@ -31,6 +32,10 @@ type Config struct {
 	// BindCIDR is the IPv4 range inside 127.0.0.0/8 that instances take
 	// their addresses from, one address per instance.
 	BindCIDR string `json:"bindCIDR,omitempty"`
+	// Settings are the destination policy's keys, allowedDestinations and
+	// connectPorts, beside bindCIDR. An origin on this host (loopback) is
+	// refused unless allowedDestinations lists its address.
+	egress.Settings
 }
 
 // Default fills in what the config left out.
@@ -42,6 +47,10 @@ func (c *Config) Default() {
 
 // Validate checks a defaulted config; every error names its field under path.
 func (c *Config) Validate(path *field.Path) field.ErrorList {
+	return append(c.validateBindCIDR(path), c.Settings.Validate(path)...)
+}
+
+func (c *Config) validateBindCIDR(path *field.Path) field.ErrorList {
 	p := path.Child("bindCIDR")
 	if c.BindCIDR == "" {
 		return field.ErrorList{field.Required(p, "an IPv4 CIDR inside 127.0.0.0/8, such as "+DefaultBindCIDR)}

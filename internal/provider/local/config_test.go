@@ -53,6 +53,27 @@ func TestParse(t *testing.T) {
 			raw:     `{"bindCIDR":"126.0.0.0/7"}`,
 			wantErr: []string{"providers[0].local.bindCIDR", "inside 127.0.0.0/8"},
 		},
+		{name: "destination settings", raw: `{"allowedDestinations":["127.0.0.5/32","10.20.0.0/16"],"connectPorts":[443,8443]}`, want: DefaultBindCIDR},
+		{
+			name:    "allowed destination with host bits",
+			raw:     `{"allowedDestinations":["127.0.0.5/32","10.20.0.1/16"]}`,
+			wantErr: []string{"providers[0].local.allowedDestinations[1]", "write 10.20.0.0/16"},
+		},
+		{
+			name:    "allowed destination /0",
+			raw:     `{"allowedDestinations":["0.0.0.0/0"]}`,
+			wantErr: []string{"providers[0].local.allowedDestinations[0]", "turn the destination deny off"},
+		},
+		{
+			name:    "allowed destination of the wrong type",
+			raw:     `{"allowedDestinations":"127.0.0.5/32"}`,
+			wantErr: []string{"providers[0].local.allowedDestinations", "expected a list"},
+		},
+		{
+			name:    "connect port out of range",
+			raw:     `{"connectPorts":[443,65536]}`,
+			wantErr: []string{"providers[0].local.connectPorts[1]", "1-65535"},
+		},
 		{
 			name:    "host bits set",
 			raw:     `{"bindCIDR":"127.0.100.7/24"}`,

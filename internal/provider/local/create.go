@@ -109,7 +109,7 @@ func (p *Provider) start(ctx context.Context, log logr.Logger, in *instance, por
 	}
 	p.servers.Add(1)
 	in.ip = ip
-	in.srv = newServer(ln, a, log.WithValues("ip", ip.String(), "port", port), p.servers.Done)
+	in.srv = newServer(ln, a, p.upstream, log.WithValues("ip", ip.String(), "port", port), p.servers.Done)
 	log.V(2).Info("listening", "address", ln.Addr().String(), "range", p.cidr.String(),
 		"allowedSourceRanges", a.String())
 	return nil

@@ -26,12 +26,17 @@ func TestCreateValidatesRequest(t *testing.T) {
 			func(r *provider.CreateRequest) {
 				r.AllowedSourceRanges = []string{"10.0.0.0/8", "10.0.0.0/33", "office"}
 			},
-			[]string{`allowedSourceRanges[1]: "10.0.0.0/33" is not a CIDR`, `allowedSourceRanges[2]: "office"`},
+			[]string{`allowedSourceRanges[1]: Invalid value: "10.0.0.0/33": must be a CIDR`, `allowedSourceRanges[2]: Invalid value: "office"`},
 		},
 		{
 			"every problem at once",
 			func(r *provider.CreateRequest) { r.Name, r.Port, r.AllowedSourceRanges = "", 0, []string{"x"} },
-			[]string{"name is empty", "port 0", `allowedSourceRanges[0]: "x"`},
+			[]string{"name is empty", "port 0", `allowedSourceRanges[0]: Invalid value: "x"`},
+		},
+		{
+			"range with host bits names the canonical one",
+			func(r *provider.CreateRequest) { r.AllowedSourceRanges = []string{"10.0.0.1/8"} },
+			[]string{`allowedSourceRanges[0]: Invalid value: "10.0.0.1/8": has host bits set: write 10.0.0.0/8`},
 		},
 	}
 	for _, tc := range cases {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,11 +47,20 @@ var testPort = sync.OnceValue(func() int32 {
 	return int32(ln.Addr().(*net.TCPAddr).Port)
 })
 
-// newTestProvider builds a provider on a fresh range and closes it when the
-// test ends.
-func newTestProvider(t testing.TB, installation string, bits int) *Provider {
+// originIP is where every test origin listens (httptest and echo servers
+// on loopback): the one destination the test providers allow, since the
+// default policy refuses loopback.
+const originIP = "127.0.0.1"
+
+// newTestProvider builds a provider on a fresh range that allows exactly
+// originIP as a destination, and CONNECT to connectPorts (none: 443 only),
+// and closes it when the test ends.
+func newTestProvider(t testing.TB, installation string, bits int, connectPorts ...int32) *Provider {
 	t.Helper()
-	p, err := New(testProviderName, Config{BindCIDR: nextRange(bits)}, provider.Options{InstallationID: installation})
+	cfg := Config{BindCIDR: nextRange(bits)}
+	cfg.AllowedDestinations = []string{originIP + "/32"}
+	cfg.ConnectPorts = connectPorts
+	p, err := New(testProviderName, cfg, provider.Options{InstallationID: installation})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -206,4 +216,21 @@ func mustAddr(t testing.TB, s string) netip.Addr {
 		t.Fatalf("%q is not an IP: %v", s, err)
 	}
 	return a
+}
+
+// portOf is the port of a host:port or of a URL's host.
+func portOf(t testing.TB, hostport string) int32 {
+	t.Helper()
+	if u, err := url.Parse(hostport); err == nil && u.Host != "" {
+		hostport = u.Host
+	}
+	_, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		t.Fatalf("%q has no port: %v", hostport, err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int32(n)
 }

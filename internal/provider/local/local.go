@@ -2,7 +2,9 @@
 // forward proxy (plain HTTP and CONNECT) served by the operator process
 // itself, on its own loopback address taken from a configured range inside
 // 127.0.0.0/8, so that every Proxy gets a distinct IP and listens on its own
-// port the way a VM would. It needs no cloud and no hypervisor: a newcomer
+// port the way a VM would. Destinations follow the entry's egress policy:
+// loopback, link-local and private ranges are refused unless the entry
+// allows them, CONNECT reaches port 443 only. It needs no cloud and no hypervisor: a newcomer
 // can run the whole operator end to end, and the reconciler and the
 // conformance suite get a real, fast backend.
 //
@@ -42,6 +44,10 @@ type Provider struct {
 	opts   provider.Options
 	cidr   netip.Prefix
 	usable int
+
+	// upstream is the entry's destination policy, shared by every
+	// instance; its lookup and dial are test seams, nil in production.
+	upstream upstream
 
 	// fault is a test seam consulted at the start of every operation: a
 	// non-nil error fails the call (see conformance_test.go). Nil in
@@ -87,6 +93,7 @@ func New(name string, cfg Config, opts provider.Options) (*Provider, error) {
 		opts:      opts,
 		cidr:      cidr,
 		usable:    usableAddresses(cidr),
+		upstream:  upstream{policy: cfg.Settings.Policy()},
 		instances: map[string]*instance{},
 	}, nil
 }

@@ -27,12 +27,16 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
 const (
@@ -55,19 +59,19 @@ type acl struct {
 	prefixes []netip.Prefix
 }
 
-// parseACL parses allowedSourceRanges; each error names the bad entry.
+// parseACL parses allowedSourceRanges; each error names the bad entry
+// (allowedSourceRanges[i]). Only canonical ranges are taken: masking
+// 10.0.0.1/8 would admit more than the author meant.
 func parseACL(ranges []string) (*acl, []string) {
-	a := &acl{}
-	var problems []string
-	for i, r := range ranges {
-		p, err := netip.ParsePrefix(strings.TrimSpace(r))
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("allowedSourceRanges[%d]: %q is not a CIDR", i, r))
-			continue
+	prefixes, errs := egress.ParseRanges(ranges, field.NewPath("allowedSourceRanges"))
+	if len(errs) > 0 {
+		problems := make([]string, len(errs))
+		for i, e := range errs {
+			problems[i] = e.Error()
 		}
-		a.prefixes = append(a.prefixes, p.Masked())
+		return nil, problems
 	}
-	return a, problems
+	return &acl{prefixes: prefixes}, nil
 }
 
 // allows says whether a client at addr may use the proxy.
@@ -95,6 +99,17 @@ func (a *acl) String() string {
 	return strings.Join(s, ",")
 }
 
+// upstream is how a server reaches origins: the entry's destination
+// policy and, in tests, seams that see every lookup and dial.
+type upstream struct {
+	policy *egress.Policy
+	// lookup resolves a host name; nil is the system resolver.
+	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	// dial connects to an address the policy passed, from local when it is
+	// valid; nil is a net.Dialer.
+	dial func(ctx context.Context, remote netip.AddrPort, local netip.Addr) (net.Conn, error)
+}
+
 // server is one instance's listener and proxy.
 type server struct {
 	ln        net.Listener
@@ -102,6 +117,7 @@ type server struct {
 	forward   *httputil.ReverseProxy
 	transport *http.Transport
 	dialer    *net.Dialer
+	up        upstream
 	acl       atomic.Pointer[acl]
 	log       logr.Logger
 
@@ -124,8 +140,11 @@ type server struct {
 
 // newServer starts serving ln at once. onDone runs when the server has
 // finished draining after close.
-func newServer(ln net.Listener, a *acl, logger logr.Logger, onDone func()) *server {
-	s := &server{ln: ln, log: logger, stopped: make(chan struct{}), finished: make(chan struct{}), onDone: onDone}
+func newServer(ln net.Listener, a *acl, up upstream, logger logr.Logger, onDone func()) *server {
+	if up.policy == nil {
+		up.policy = egress.Default()
+	}
+	s := &server{ln: ln, up: up, log: logger, stopped: make(chan struct{}), finished: make(chan struct{}), onDone: onDone}
 	// The instance outlives the Create call that made it, so its requests
 	// hang off their own root rather than off Create's ctx.
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -262,8 +281,39 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Scheme != "http" && r.URL.Scheme != "https":
 		http.Error(w, fmt.Sprintf("scheme %q is not supported", r.URL.Scheme), http.StatusBadRequest)
 	default:
+		// The port is decided here; the address when dial has resolved it.
+		port, err := targetPort(r.URL.Port(), r.URL.Scheme)
+		if err == nil {
+			err = s.up.policy.CheckPort(port, false)
+		}
+		if err != nil {
+			s.refuse(w, r, r.URL.Host, err)
+			return
+		}
 		s.forward.ServeHTTP(w, r)
 	}
+}
+
+// targetPort is a URL's port, or its scheme's default.
+func targetPort(port, scheme string) (uint16, error) {
+	if port == "" {
+		if scheme == "https" {
+			return 443, nil
+		}
+		return 80, nil
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return 0, fmt.Errorf("port %q is not a TCP port", port)
+	}
+	return uint16(n), nil
+}
+
+// refuse answers 403 for a destination the policy refuses (or a target it
+// cannot judge), naming why; no connection to it was made.
+func (s *server) refuse(w http.ResponseWriter, r *http.Request, target string, err error) {
+	s.log.V(1).Info("refused destination", "source", r.RemoteAddr, "method", r.Method, "target", target, "reason", err.Error())
+	http.Error(w, "forbidden: "+err.Error(), http.StatusForbidden)
 }
 
 // upstreamError answers a forwarded request whose origin could not be
@@ -277,6 +327,11 @@ func (s *server) upstreamError(w http.ResponseWriter, r *http.Request, err error
 // going away, 504 on a timeout, else 502. It logs only failures someone is
 // still waiting for.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, target string, err error) {
+	var refusal *egress.Refusal
+	if errors.As(err, &refusal) {
+		s.refuse(w, r, target, refusal)
+		return
+	}
 	if s.closing.Load() {
 		w.Header().Set("Connection", "close")
 		http.Error(w, "proxy is shutting down", http.StatusServiceUnavailable)
@@ -297,20 +352,85 @@ func gatewayStatus(err error) int {
 	return http.StatusBadGateway
 }
 
-// dial makes upstream connections. A loopback destination is dialled from
-// the instance's own address, so an origin on this host sees each Proxy's
+// dial makes upstream connections, for forwarded requests and tunnels
+// alike. It resolves the host once, checks every address against the
+// destination policy and dials only the addresses it checked, so a name
+// that resolves anew between check and dial (DNS rebinding) cannot reach
+// an address the policy refuses; one refused address refuses the whole
+// name, before any connection. A loopback destination is dialled from the
+// instance's own address, so an origin on this host sees each Proxy's
 // distinct IP, as it would a VM's; other destinations keep the kernel's
 // choice, since a 127/8 source cannot leave the host.
-func (s *server) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, _, err := net.SplitHostPort(addr)
-	ip := net.ParseIP(host)
-	own, ok := s.ln.Addr().(*net.TCPAddr)
-	if err == nil && ok && ip != nil && ip.To4() != nil && ip.IsLoopback() {
-		d := *s.dialer
-		d.LocalAddr = &net.TCPAddr{IP: own.IP}
-		return d.DialContext(ctx, "tcp4", addr)
+func (s *server) dial(ctx context.Context, _, addr string) (net.Conn, error) {
+	host, portText, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
 	}
-	return s.dialer.DialContext(ctx, network, addr)
+	port, err := targetPort(portText, "")
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := s.resolve(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range addrs {
+		if err := s.up.policy.CheckAddr(a); err != nil {
+			return nil, err
+		}
+	}
+	var first error
+	for _, a := range addrs {
+		conn, err := s.dialAddr(ctx, netip.AddrPortFrom(a.WithZone("").Unmap(), port))
+		if err == nil {
+			return conn, nil
+		}
+		if first == nil {
+			first = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, first
+}
+
+// resolve is host's addresses: an IP literal as it is, a name through the
+// resolver, once.
+func (s *server) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a}, nil
+	}
+	var addrs []netip.Addr
+	var err error
+	if s.up.lookup != nil {
+		addrs, err = s.up.lookup(ctx, host)
+	} else {
+		addrs, err = net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("lookup %s: no addresses", host)
+	}
+	return addrs, nil
+}
+
+// dialAddr connects to one checked address.
+func (s *server) dialAddr(ctx context.Context, remote netip.AddrPort) (net.Conn, error) {
+	var local netip.Addr
+	if own, ok := s.ln.Addr().(*net.TCPAddr); ok && remote.Addr().Is4() && remote.Addr().IsLoopback() {
+		local, _ = netip.AddrFromSlice(own.IP.To4())
+	}
+	if s.up.dial != nil {
+		return s.up.dial(ctx, remote, local)
+	}
+	d := *s.dialer
+	if local.IsValid() {
+		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(local, 0))
+	}
+	return d.DialContext(ctx, "tcp", remote.String())
 }
 
 // tunnel serves CONNECT: dial the target, hijack the client connection and
@@ -318,8 +438,17 @@ func (s *server) dial(ctx context.Context, network, addr string) (net.Conn, erro
 // closes. The handler stays until the tunnel ends, so close can wait for it.
 func (s *server) tunnel(w http.ResponseWriter, r *http.Request) {
 	target := r.Host
-	if _, port, err := net.SplitHostPort(target); err != nil || port == "" {
+	_, portText, err := net.SplitHostPort(target)
+	if err != nil || portText == "" {
 		http.Error(w, "CONNECT needs a host:port target", http.StatusBadRequest)
+		return
+	}
+	port, err := targetPort(portText, "")
+	if err == nil {
+		err = s.up.policy.CheckPort(port, true)
+	}
+	if err != nil {
+		s.refuse(w, r, target, err)
 		return
 	}
 	dctx, cancel := context.WithTimeout(r.Context(), dialTimeout)

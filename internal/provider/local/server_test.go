@@ -147,7 +147,7 @@ func TestConnectTunnelTLS(t *testing.T) {
 	}))
 	defer origin.Close()
 	ctx, logs := logCtx(2)
-	p := newTestProvider(t, testInstallation, 24)
+	p := newTestProvider(t, testInstallation, 24, portOf(t, origin.URL))
 	inst, err := p.Create(ctx, request("tls"))
 	if err != nil {
 		t.Fatal(err)
@@ -232,9 +232,14 @@ func TestACLAllows(t *testing.T) {
 			refuse: []string{"127.0.0.1", "::1", "11.0.0.1"},
 		},
 		{
-			ranges: []string{"10.0.0.5/8", "2001:db8::/32"}, // host bits are masked off
+			ranges: []string{"10.0.0.0/8", "2001:db8::/32"},
 			allow:  []string{"10.9.9.9", "2001:db8::1"},
 			refuse: []string{"127.0.0.1"},
+		},
+		{
+			ranges: []string{"10.0.0.5/32"}, // one host, as written
+			allow:  []string{"10.0.0.5"},
+			refuse: []string{"10.0.0.4", "10.9.9.9"},
 		},
 		{
 			ranges: []string{"0.0.0.0/0"},
@@ -305,7 +310,7 @@ func echoServer(t *testing.T) (addr string, ended <-chan struct{}) {
 // Delete ends an open CONNECT tunnel on both sides before it returns.
 func TestDeleteEndsOpenTunnel(t *testing.T) {
 	target, ended := echoServer(t)
-	p := newTestProvider(t, testInstallation, 24)
+	p := newTestProvider(t, testInstallation, 24, portOf(t, target))
 	inst := mustCreate(t, p, request("tunnel"))
 	conn, br := openTunnel(t, inst, target)
 	io.WriteString(conn, "ping")
@@ -371,7 +376,7 @@ func TestUpstreamUnreachableIsBadGateway(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close()
-	p := newTestProvider(t, testInstallation, 24)
+	p := newTestProvider(t, testInstallation, 24, portOf(t, dead))
 	inst := mustCreate(t, p, request("unreachable"))
 
 	resp, err := proxyClient(t, inst, nil).Get("http://" + dead + "/")
@@ -441,7 +446,7 @@ func TestEgressFromInstanceAddress(t *testing.T) {
 	tlsOrigin := httptest.NewTLSServer(origin.Config.Handler)
 	defer tlsOrigin.Close()
 
-	p := newTestProvider(t, testInstallation, 24)
+	p := newTestProvider(t, testInstallation, 24, portOf(t, tlsOrigin.URL))
 	for _, name := range []string{"egress-a", "egress-b"} {
 		inst := mustCreate(t, p, request(name))
 		pool := x509.NewCertPool()
