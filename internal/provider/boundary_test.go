@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 // bare is a provider written with no logging and no wrapping at all: it
@@ -51,43 +50,6 @@ func (bareChecker) Check(ctx context.Context) provider.CheckResult {
 		Details: map[string]string{"free": "3"}}
 }
 
-// lines captures log lines, one string each ("<name> <key/values>").
-type lines struct {
-	mu sync.Mutex
-	l  []string
-}
-
-func (c *lines) ctx(verbosity int) context.Context {
-	return logr.NewContext(context.Background(), funcr.New(func(prefix, args string) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.l = append(c.l, prefix+" "+args)
-	}, funcr.Options{Verbosity: verbosity}))
-}
-
-// with returns the lines holding every one of subs.
-func (c *lines) with(subs ...string) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-next:
-	for _, l := range c.l {
-		for _, s := range subs {
-			if !strings.Contains(l, s) {
-				continue next
-			}
-		}
-		out = append(out, l)
-	}
-	return out
-}
-
-func (c *lines) all() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return strings.Join(c.l, "\n")
-}
-
 // TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors: item 11, "one
 // method boundary for all providers". A provider with no logging and no
 // wrapping of its own gets, through the boundary, one V(1) outcome line
@@ -97,8 +59,8 @@ func (c *lines) all() string {
 // and keep the class decided at the source.
 func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 	const name, typ = "eu-pool", "vmtype"
-	var logs lines
-	ctx := logs.ctx(2)
+	var logs testenv.LogLines
+	ctx := logs.Context(2)
 	p := provider.WithBoundary(name, typ, &bare{})
 
 	inst, err := p.Create(ctx, provider.CreateRequest{Name: "proxy-ns-web-1", CloudInit: provider.Sensitive("SECRET-user-data")})
@@ -121,18 +83,18 @@ func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 		{`"msg"="list done"`, `"instances"=2`},
 		{`"msg"="inner detail"`, `"name"="proxy-ns-web-1"`, `"level"=2`},
 	} {
-		got := logs.with(append(want, `"provider"="`+name+`"`)...)
+		got := logs.Find(append(want, `"provider"="`+name+`"`)...)
 		if len(got) != 1 || !strings.HasPrefix(got[0], typ+" ") {
-			t.Errorf("want one line from logger %q with %v, got %q\nall:\n%s", typ, want, got, logs.all())
+			t.Errorf("want one line from logger %q with %v, got %q\nall:\n%s", typ, want, got, logs.String())
 		}
 	}
-	for _, l := range logs.with(`done"`) {
+	for _, l := range logs.Find(`done"`) {
 		if !strings.Contains(l, `"level"=1`) {
 			t.Errorf("outcome line not at V(1): %s", l)
 		}
 	}
-	if strings.Contains(logs.all(), "SECRET") {
-		t.Errorf("the request's cloud-init reached a log line:\n%s", logs.all())
+	if strings.Contains(logs.String(), "SECRET") {
+		t.Errorf("the request's cloud-init reached a log line:\n%s", logs.String())
 	}
 
 	// Errors: a plain one becomes Transient, a classified one keeps its
@@ -169,7 +131,7 @@ func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 		if !errors.Is(c.err, c.class) {
 			t.Errorf("%s error %v has class %s, want %s", c.op, c.err, provider.ClassName(c.err), provider.ClassName(c.class))
 		}
-		line := logs.with(`"msg"="`+c.op+` failed"`, `"provider"="`+name+`"`, `"class"="`+provider.ClassName(c.class)+`"`)
+		line := logs.Find(`"msg"="`+c.op+` failed"`, `"provider"="`+name+`"`, `"class"="`+provider.ClassName(c.class)+`"`)
 		if len(line) != 1 || !strings.Contains(line[0], `"level"=1`) {
 			t.Errorf("want one V(1) %q line with class %s, got %q", c.op+" failed", provider.ClassName(c.class), line)
 		}
@@ -191,9 +153,9 @@ func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 	if res := c.Check(ctx); res.Reason != provider.ReasonDegraded {
 		t.Errorf("Check = %+v", res)
 	}
-	if got := logs.with(`"msg"="check done"`, `"provider"="`+name+`"`, `"healthy"=false`, `"reason"="Degraded"`,
+	if got := logs.Find(`"msg"="check done"`, `"provider"="`+name+`"`, `"healthy"=false`, `"reason"="Degraded"`,
 		`"message"="1 of 2 down"`, `"free"="3"`, `"probe"="tcp"`, `"level"=1`); len(got) != 1 {
-		t.Errorf("want one check line, got %q\nall:\n%s", got, logs.all())
+		t.Errorf("want one check line, got %q\nall:\n%s", got, logs.String())
 	}
 
 	// Unwrap reaches the provider itself (tests reach their doubles' knobs).
@@ -207,12 +169,12 @@ func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 
 // At V(0) the boundary writes nothing.
 func TestBoundaryQuietAtV0(t *testing.T) {
-	var logs lines
+	var logs testenv.LogLines
 	p := provider.WithBoundary("n", "t", &bare{})
-	if _, err := p.Create(logs.ctx(0), provider.CreateRequest{Name: "x"}); err != nil {
+	if _, err := p.Create(logs.Context(0), provider.CreateRequest{Name: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	if s := logs.all(); s != "" {
+	if s := logs.String(); s != "" {
 		t.Errorf("V(0) logged %q", s)
 	}
 }

@@ -3,7 +3,6 @@ package health
 import (
 	"context"
 	"maps"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -117,7 +116,7 @@ func TestLocalProvider(t *testing.T) {
 	l, fc := newLoop(t, nil, ps)
 	if _, err := e.Provider.Create(context.Background(), provider.CreateRequest{
 		Name: provider.InstanceName("ns", "web", "uid-web", "s"), Namespace: "ns", ProxyName: "web",
-		UID: "uid-web", Port: freePort(t),
+		UID: "uid-web", Port: testenv.FreePort(t),
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -534,16 +533,4 @@ func writesOf(reqs []testenv.Request) []testenv.Request {
 		}
 	}
 	return out
-}
-
-// freePort is a port the kernel just handed out, so nothing is in its way
-// on the local provider's addresses.
-func freePort(t *testing.T) int32 {
-	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return int32(ln.Addr().(*net.TCPAddr).Port)
 }

@@ -241,7 +241,7 @@ func TestDestinationsDeniedByDefault(t *testing.T) {
 	if plainHits.Load() != 3 || secureHits.Load() != 1 {
 		t.Errorf("allowed origins reached %d and %d times, want 3 and 1", plainHits.Load(), secureHits.Load())
 	}
-	if lines := logs.find("refused destination", `"target"="10.0.0.1"`, "RFC 1918"); len(lines) != 1 || !strings.Contains(lines[0], `"level"=1`) {
+	if lines := logs.Find("refused destination", `"target"="10.0.0.1"`, "RFC 1918"); len(lines) != 1 || !strings.Contains(lines[0], `"level"=1`) {
 		t.Errorf("want one V(1) line for the refused 10.0.0.1 naming why, found %q", lines)
 	}
 }

@@ -8,16 +8,15 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 const (
@@ -69,45 +68,9 @@ func newTestProvider(t testing.TB, installation string, bits int, connectPorts .
 }
 
 // logs captures a provider's log lines at every tier.
-type logs struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logs) write(prefix, args string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, prefix+" "+args)
-}
-
-func (l *logs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
-
-// find returns the lines that contain every one of subs.
-func (l *logs) find(subs ...string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-next:
-	for _, line := range l.lines {
-		for _, s := range subs {
-			if !strings.Contains(line, s) {
-				continue next
-			}
-		}
-		out = append(out, line)
-	}
-	return out
-}
-
-// logCtx is a ctx carrying a logger that captures up to V(verbosity).
-func logCtx(verbosity int) (context.Context, *logs) {
-	l := &logs{}
-	log := funcr.New(l.write, funcr.Options{Verbosity: verbosity})
-	return logr.NewContext(context.Background(), log), l
+func logCtx(verbosity int) (context.Context, *testenv.LogLines) {
+	l := &testenv.LogLines{}
+	return l.Context(verbosity), l
 }
 
 // request is a valid request for a Proxy named proxyName.

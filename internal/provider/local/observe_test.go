@@ -29,18 +29,18 @@ func TestLogTiers(t *testing.T) {
 		bp.(provider.Checker).Check(ctx)
 
 		for _, msg := range []string{"create done", "get done", "list done", "delete done", "get failed", "check done"} {
-			lines := logs.find(`"msg"="`+msg+`"`, `"provider"="`+testProviderName+`"`, `"level"=1`)
+			lines := logs.Find(`"msg"="`+msg+`"`, `"provider"="`+testProviderName+`"`, `"level"=1`)
 			if len(lines) != 1 || !strings.HasPrefix(lines[0], Type+" ") {
 				t.Errorf("V(%d): want one %q line from logger %q, found %q", tc.verbosity, msg, Type, lines)
 			}
 		}
-		if l := logs.find(`"msg"="create done"`, `"outcome"="created"`, `"ip"="`+inst.IP+`"`); len(l) != 1 {
-			t.Errorf("V(%d): the create line lacks its outcome or address: %q", tc.verbosity, logs.find("create done"))
+		if l := logs.Find(`"msg"="create done"`, `"outcome"="created"`, `"ip"="`+inst.IP+`"`); len(l) != 1 {
+			t.Errorf("V(%d): the create line lacks its outcome or address: %q", tc.verbosity, logs.Find("create done"))
 		}
-		if l := logs.find(`"msg"="get failed"`, `"class"="NotFound"`); len(l) != 1 {
-			t.Errorf("V(%d): the failed get does not carry its class: %q", tc.verbosity, logs.find("get failed"))
+		if l := logs.Find(`"msg"="get failed"`, `"class"="NotFound"`); len(l) != 1 {
+			t.Errorf("V(%d): the failed get does not carry its class: %q", tc.verbosity, logs.Find("get failed"))
 		}
-		detail := logs.find(`"msg"="listening"`, `"range"="`+p.cidr.String()+`"`, `"allowedSourceRanges"="127.0.0.0/8"`)
+		detail := logs.Find(`"msg"="listening"`, `"range"="`+p.cidr.String()+`"`, `"allowedSourceRanges"="127.0.0.0/8"`)
 		if got := len(detail) == 1; got != tc.wantDetail {
 			t.Errorf("V(%d): listening detail lines %q, want present=%t", tc.verbosity, detail, tc.wantDetail)
 		}

@@ -165,7 +165,7 @@ func TestConnectTunnelTLS(t *testing.T) {
 		}
 	}
 	target := strings.TrimPrefix(origin.URL, "https://")
-	if lines := logs.find("tunnel open", `"target"="`+target+`"`); len(lines) != 1 {
+	if lines := logs.Find("tunnel open", `"target"="`+target+`"`); len(lines) != 1 {
 		t.Errorf("want one tunnel to %s in the log, found %q", target, lines)
 	}
 }
@@ -194,7 +194,7 @@ func TestACLRefusesClientOutsideRanges(t *testing.T) {
 		if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "allowedSourceRanges") {
 			t.Errorf("%s from outside the ranges = %d %q, want 403 with a reason", method, resp.StatusCode, body)
 		}
-		lines := logs.find("refused client outside allowedSourceRanges", `"method"="`+method+`"`)
+		lines := logs.Find("refused client outside allowedSourceRanges", `"method"="`+method+`"`)
 		if len(lines) != 1 || !strings.Contains(lines[0], `"source"="127.`) || !strings.Contains(lines[0], `"level"=1`) {
 			t.Errorf("want one V(1) refusal of %s naming the source, found %q", method, lines)
 		}

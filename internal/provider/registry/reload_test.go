@@ -17,17 +17,6 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
-// freePort is a port the kernel just handed out on 127.0.0.1.
-func freePort(t *testing.T) int32 {
-	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return int32(ln.Addr().(*net.TCPAddr).Port)
-}
-
 // askProxy sends one request on conn and reads the answer: a relative
 // request, which the local proxy refuses (400) without dialling anything,
 // so the connection stays open for the next one.
@@ -75,7 +64,7 @@ func TestConfigReloadKeepsLocalInstancesOfUnchangedEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	inst, err := before.Provider.Create(ctx, provider.CreateRequest{
 		Name: provider.InstanceName("ns", "web", "uid-web", "s"), Namespace: "ns", ProxyName: "web",
 		UID: "uid-web", Port: port,

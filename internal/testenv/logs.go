@@ -1,0 +1,70 @@
+package testenv
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+)
+
+// LogLines captures log lines, one string each ("<name> <key/values>"),
+// for tests that assert what a component logs and what it must not.
+type LogLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// Context returns a context carrying a logger that writes to l at up to
+// verbosity.
+func (l *LogLines) Context(verbosity int) context.Context {
+	return logr.NewContext(context.Background(), l.Logger(verbosity))
+}
+
+// Logger is a logger that writes to l at up to verbosity.
+func (l *LogLines) Logger(verbosity int) logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, prefix+" "+args)
+	}, funcr.Options{Verbosity: verbosity})
+}
+
+// Find returns the lines holding every one of subs.
+func (l *LogLines) Find(subs ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+next:
+	for _, line := range l.lines {
+		for _, s := range subs {
+			if !strings.Contains(line, s) {
+				continue next
+			}
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// String is every line, one per row.
+func (l *LogLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// FreePort is a port the kernel just handed out on 127.0.0.1, so nothing
+// else listens there when the test binds it.
+func FreePort(t testing.TB) int32 {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return int32(ln.Addr().(*net.TCPAddr).Port)
+}
