@@ -25,11 +25,11 @@ const (
 	FamilyRHEL Family = "rhel"
 )
 
-// Families are the supported families, for messages. SUSE and Alpine are
+// families are the supported families. SUSE and Alpine are
 // not among them: their Squid is packaged as squid too, but Alpine starts
 // services with OpenRC, not systemd, and neither has been checked; a Proxy
 // on such an image brings its own cloud-init.
-var Families = []Family{FamilyDebian, FamilyRHEL}
+var families = []Family{FamilyDebian, FamilyRHEL}
 
 // ParseFamily reads a family from a provider's image catalogue; empty is
 // FamilyDebian.
@@ -37,7 +37,7 @@ func ParseFamily(s string) (Family, error) {
 	if s == "" {
 		return FamilyDebian, nil
 	}
-	for _, f := range Families {
+	for _, f := range families {
 		if string(f) == s {
 			return f, nil
 		}
@@ -46,8 +46,8 @@ func ParseFamily(s string) (Family, error) {
 }
 
 func familyList() string {
-	s := make([]string, len(Families))
-	for i, f := range Families {
+	s := make([]string, len(families))
+	for i, f := range families {
 		s[i] = string(f)
 	}
 	return strings.Join(s, ", ")
