@@ -49,15 +49,15 @@ vet: ## go vet ./...
 	$(GO) vet ./...
 
 .PHONY: install-test-deps
-install-test-deps: ## Install the Debian packages the tests use (squid; root or sudo). SKIP_SQUID_TESTS=1 skips it.
-	@if [ "$${SKIP_SQUID_TESTS:-}" = 1 ]; then echo "SKIP_SQUID_TESTS=1: not installing squid"; else hack/install-test-deps.sh; fi
+install-test-deps: ## Install the Debian packages the tests use (squid, cloud-init; root or sudo). SKIP_SQUID_TESTS=1 / SKIP_CLOUDINIT_TESTS=1 leave one out.
+	hack/install-test-deps.sh
 
 .PHONY: envtest-assets
 envtest-assets: ## Build kube-apiserver and etcd for envtest (cached; 10-30 min cold).
 	hack/build-control-plane.sh
 
 .PHONY: test
-test: manifests generate vet envtest-assets install-test-deps ## Run every test against a real kube-apiserver and etcd (and a real Squid).
+test: manifests generate vet envtest-assets install-test-deps ## Run every test against a real kube-apiserver and etcd (and a real Squid and cloud-init).
 	@echo "control plane for the tests: $$($(ENVTEST_ASSETS)/kube-apiserver --version), $$($(ENVTEST_ASSETS)/etcd --version | head -1)"
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./... -race -count=1 -timeout 25m
 

@@ -1,7 +1,9 @@
 // Package squid generates squid.conf for the providers that run Squid (the
-// kubernetes provider's Pods today, VM providers' cloud-init later), so the
-// access rules live in one place. The destination rules are rendered from
-// the shared egress.Policy, the one the local provider enforces itself.
+// kubernetes provider's Pods, and VMs through the cloud-config CloudConfig
+// builds), so the access rules live in one place. The destination rules
+// are rendered from the shared egress.Policy, the one the local provider
+// enforces itself. A Pod and a VM get the same rules; Params says where
+// they differ (paths, logs, user), never a second template.
 package squid
 
 import (
@@ -26,11 +28,19 @@ type Params struct {
 	// Destinations is what the clients may reach; nil is egress.Default().
 	Destinations *egress.Policy
 	// PidFile and CoredumpDir must be writable (a Pod mounts emptyDir
-	// volumes there because its root filesystem is read-only).
+	// volumes there because its root filesystem is read-only; a VM uses
+	// the distro's /run/squid.pid, which its squid.service expects).
 	PidFile     string
 	CoredumpDir string
+	// AccessLog and CacheLog are where Squid logs; empty means the
+	// process's stdout and stderr, for a container. A VM's Squid runs
+	// under systemd, whose stdout is a socket Squid cannot reopen, so it
+	// logs into the distro's /var/log/squid.
+	AccessLog string
+	CacheLog  string
 	// EffectiveUser is written as cache_effective_user when set. Squid
-	// started as a non-root user stays that user, so a Pod leaves it empty.
+	// started as a non-root user stays that user, so a Pod leaves it empty;
+	// so does a VM, whose packaged Squid drops to the package's user.
 	EffectiveUser string
 }
 
@@ -46,8 +56,9 @@ var loopbackClients = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), neti
 // never; and the last rule is "deny all". Squid's dst ACL matches when any
 // address a host name resolves to is in the ranges, and Squid then connects
 // to the addresses it checked (its ipcache), so a name that resolves to an
-// internal address is refused too. Squid keeps no disk cache and logs to
-// stdout and stderr, so it needs no writable root filesystem.
+// internal address is refused too. Squid keeps no disk cache and, unless
+// Params say otherwise, logs to stdout and stderr, so it needs no writable
+// root filesystem.
 func Config(sp Params) string {
 	dest := sp.Destinations
 	if dest == nil {
@@ -97,11 +108,11 @@ func Config(sp Params) string {
 	w("http_access allow allowed_clients")
 	w("http_access deny all")
 	w("")
-	w("# An egress proxy, not a cache: nothing is stored, nothing on disk.")
+	w("# An egress proxy, not a cache: no object is stored.")
 	w("cache deny all")
 	w("cache_mem 8 MB")
-	w("access_log stdio:/dev/stdout")
-	w("cache_log /dev/stderr")
+	w("access_log stdio:%s", orDefault(sp.AccessLog, "/dev/stdout"))
+	w("cache_log %s", orDefault(sp.CacheLog, "/dev/stderr"))
 	w("cache_store_log none")
 	w("netdb_filename none")
 	w("logfile_rotate 0")
@@ -112,9 +123,16 @@ func Config(sp Params) string {
 	}
 	w("# Clients' addresses stay inside.")
 	w("forwarded_for delete")
-	w("# Shorter than a Pod's termination grace period.")
+	w("# Shorter than a Pod's termination grace period and systemd's stop timeout.")
 	w("shutdown_lifetime 5 seconds")
 	return b.String()
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func joinPorts(ports []uint16) string {

@@ -1,5 +1,6 @@
 // Package squidtest runs the real Squid for tests: it finds the binary and
-// starts it on loopback with a generated config.
+// starts it on loopback with a generated config. It also runs Debian's
+// cloud-init schema check on generated cloud-configs.
 package squidtest
 
 import (
@@ -143,3 +144,29 @@ func FreePort(t testing.TB) int32 {
 
 // Addr is host:port for a listen address and port.
 func Addr(host string, port int32) string { return net.JoinHostPort(host, strconv.Itoa(int(port))) }
+
+// CloudInitBinary finds Debian's cloud-init. Without it the test fails,
+// naming the set-up script, unless SKIP_CLOUDINIT_TESTS=1.
+func CloudInitBinary(t testing.TB) string {
+	t.Helper()
+	if p, err := exec.LookPath("cloud-init"); err == nil {
+		return p
+	}
+	if os.Getenv("SKIP_CLOUDINIT_TESTS") == "1" {
+		t.Skip("cloud-init is not installed and SKIP_CLOUDINIT_TESTS=1")
+	}
+	t.Fatal("cloud-init is not installed: run hack/install-test-deps.sh (or set SKIP_CLOUDINIT_TESTS=1 to skip the cloud-init schema tests)")
+	return ""
+}
+
+// Schema runs `cloud-init schema --config-file` on doc and returns its
+// output and error (non-nil when cloud-init refuses the document). It
+// only reads the file: it touches neither /var/lib/cloud nor the network.
+func Schema(t testing.TB, doc string) ([]byte, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "user-data")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return exec.Command(CloudInitBinary(t), "schema", "--config-file", path).CombinedOutput()
+}

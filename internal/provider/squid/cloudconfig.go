@@ -1,0 +1,212 @@
+package squid
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+)
+
+// Family is a distribution family of VM images: what the generated
+// cloud-config installs and how it starts Squid depend on it.
+type Family string
+
+const (
+	// FamilyDebian is Debian and Ubuntu: package squid, squid.service,
+	// the user proxy. The default.
+	FamilyDebian Family = "debian"
+	// FamilyRHEL is RHEL, CentOS Stream, Rocky, AlmaLinux and Fedora:
+	// package squid, squid.service, the user squid, and SELinux, which lets
+	// Squid bind only ports labelled squid_port_t.
+	FamilyRHEL Family = "rhel"
+)
+
+// families are the supported families. SUSE and Alpine are
+// not among them: their Squid is packaged as squid too, but Alpine starts
+// services with OpenRC, not systemd, and neither has been checked; a Proxy
+// on such an image brings its own cloud-init.
+var families = []Family{FamilyDebian, FamilyRHEL}
+
+// ParseFamily reads a family from a provider's image catalogue; empty is
+// FamilyDebian.
+func ParseFamily(s string) (Family, error) {
+	if s == "" {
+		return FamilyDebian, nil
+	}
+	for _, f := range families {
+		if string(f) == s {
+			return f, nil
+		}
+	}
+	return "", fmt.Errorf("distribution family %q is not supported: use one of %s, or give the Proxy its own cloudInit", s, familyList())
+}
+
+func familyList() string {
+	s := make([]string, len(families))
+	for i, f := range families {
+		s[i] = string(f)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Where the distributions' squid packages read their config. Debian's and
+// RHEL's agree on every path.
+const (
+	vmConfPath    = "/etc/squid/squid.conf"
+	vmPidFile     = "/run/squid.pid" // squid.service's PIDFile on both
+	vmCoredumpDir = "/var/spool/squid"
+	vmLogDir      = "/var/log/squid" // made by the package, owned by its user
+	vmService     = "squid.service"
+)
+
+// selinuxSquidPorts are the ports RHEL's SELinux policy labels squid_port_t;
+// Squid on any other port must have it labelled first.
+var selinuxSquidPorts = []int32{3128, 3401, 4827}
+
+// CloudConfigParams are the inputs of a generated cloud-config: the
+// request's port and admitted ranges, the entry's destination policy and
+// the image's family.
+type CloudConfigParams struct {
+	// Generator names who generated it, e.g. "egress-proxies-operator (gcp
+	// provider)".
+	Generator string
+	Port      int32
+	// Clients are the admitted ranges, already parsed; empty admits the
+	// VM's own loopback only.
+	Clients []netip.Prefix
+	// Destinations is the entry's policy; nil is egress.Default().
+	Destinations *egress.Policy
+	// Family is the image's distribution family; empty is FamilyDebian.
+	Family Family
+}
+
+// vmParams is the VM variant of the generator's Params: the VM listens on
+// every address, its distro's squid.service starts Squid as root, which
+// drops to the package's user, and logs go where the distro keeps them.
+func vmParams(in CloudConfigParams) Params {
+	return Params{
+		Generator:    orDefault(in.Generator, "egress-proxies-operator"),
+		Port:         in.Port,
+		Clients:      in.Clients,
+		Destinations: in.Destinations,
+		PidFile:      vmPidFile,
+		CoredumpDir:  vmCoredumpDir,
+		AccessLog:    vmLogDir + "/access.log",
+		CacheLog:     vmLogDir + "/cache.log",
+	}
+}
+
+// CloudConfig builds the #cloud-config a VM gets when its Proxy brings no
+// cloud-init. It installs the family's Squid package, writes the generated
+// squid.conf and enables and restarts the distro's squid service; it adds
+// no user, key, repository or other service.
+//
+// Order matters, and cloud-init's module order gives it: write_files runs
+// in the init stage, before package installation (final stage), so the
+// package finds our squid.conf in place. Debian's package keeps it (cloud-
+// init runs apt-get with --force-confold) and starts Squid with it; RHEL's
+// keeps it too (a %config(noreplace) file: the package's copy becomes
+// squid.conf.rpmnew) and starts nothing. runcmd's commands run after the
+// packages (scripts-user, final stage), so the restart leaves Squid
+// running with our config on either family.
+//
+// package_update is on, package_upgrade off: cloud images often ship
+// without package lists, so squid could not be found without an update;
+// upgrading the whole image at first boot would be slow and may need a
+// reboot, and keeping images current is the image catalogue's job.
+//
+// The result holds no secret, but what a provider passes on is
+// UserData's Sensitive.
+func CloudConfig(in CloudConfigParams) (string, error) {
+	family, err := ParseFamily(string(in.Family))
+	if err != nil {
+		return "", provider.Errorf(provider.ErrPermanent, "%w", err)
+	}
+	if in.Port < 1 || in.Port > 65535 {
+		return "", provider.Errorf(provider.ErrPermanent, "port %d is outside 1-65535", in.Port)
+	}
+	sp := vmParams(in)
+	packages := []string{"squid"}
+	var runcmd []string
+	if family == FamilyRHEL && !containsPort(selinuxSquidPorts, in.Port) {
+		// RHEL's documented way: label the port for Squid (-a adds, -m
+		// relabels a port the policy already gives another type).
+		packages = append(packages, "policycoreutils-python-utils")
+		runcmd = append(runcmd, fmt.Sprintf("semanage port -a -t squid_port_t -p tcp %[1]d || semanage port -m -t squid_port_t -p tcp %[1]d", in.Port))
+	}
+	runcmd = append(runcmd, "systemctl enable "+vmService, "systemctl restart "+vmService)
+
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w("#cloud-config")
+	w("# Generated by %s; do not edit.", sp.Generator)
+	w("# Installs Squid as this VM's egress proxy on port %d (%s family).", in.Port, family)
+	w("package_update: true")
+	w("package_upgrade: false")
+	w("packages:")
+	for _, p := range packages {
+		w("  - %s", p)
+	}
+	w("write_files:")
+	w("  - path: %s", vmConfPath)
+	w("    owner: root:root")
+	w("    permissions: '0644'")
+	w("    content: |")
+	// A literal block keeps the file as it is, its last newline included;
+	// an empty line needs no indent.
+	for _, l := range strings.Split(strings.TrimSuffix(Config(sp), "\n"), "\n") {
+		if l == "" {
+			w("")
+		} else {
+			w("      %s", l)
+		}
+	}
+	w("runcmd:")
+	for _, c := range runcmd {
+		w("  - %s", yamlString(c))
+	}
+	return b.String(), nil
+}
+
+// yamlString quotes a runcmd line when YAML would read it as something
+// other than the plain string (here: a line holding "||" or ": ").
+func yamlString(s string) string {
+	if strings.ContainsAny(s, ":#|&*!%@`'\"{}[],>?") {
+		return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+	}
+	return s
+}
+
+func containsPort(ports []int32, p int32) bool {
+	for _, q := range ports {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// UserData is what a VM provider passes to the instance: the Proxy's own
+// cloud-init as given when it has one (the image must then run a proxy on
+// the request's port itself), else the generated cloud-config for the
+// request's port and ranges, the entry's policy and the image's family.
+// Every error is Permanent: retrying the same request cannot help. The
+// result is Sensitive: it may be the user's, so it is never logged.
+func UserData(req provider.CreateRequest, dest *egress.Policy, family Family) (provider.Sensitive, error) {
+	if req.CloudInit != "" {
+		return req.CloudInit, nil
+	}
+	clients, errs := egress.ParseRanges(req.AllowedSourceRanges, field.NewPath("allowedSourceRanges"))
+	if len(errs) > 0 {
+		return "", provider.Errorf(provider.ErrPermanent, "%s", errs.ToAggregate().Error())
+	}
+	doc, err := CloudConfig(CloudConfigParams{Port: req.Port, Clients: clients, Destinations: dest, Family: family})
+	if err != nil {
+		return "", err
+	}
+	return provider.Sensitive(doc), nil
+}
