@@ -16,14 +16,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 // connectStatus sends CONNECT target through inst and returns the status
@@ -41,29 +40,6 @@ func connectStatus(t *testing.T, inst provider.Instance, target string) int {
 		t.Fatalf("CONNECT %s: %v", target, err)
 	}
 	return resp.StatusCode
-}
-
-// originOn serves body on ip (plain or TLS) and counts its requests.
-func originOn(t *testing.T, ip, body string, useTLS bool) (*httptest.Server, *atomic.Int32) {
-	t.Helper()
-	var hits atomic.Int32
-	ln, err := net.Listen("tcp4", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		hits.Add(1)
-		_, _ = io.WriteString(w, body)
-	}))
-	_ = srv.Listener.Close()
-	srv.Listener = ln
-	if useTLS {
-		srv.StartTLS()
-	} else {
-		srv.Start()
-	}
-	t.Cleanup(srv.Close)
-	return srv, &hits
 }
 
 // netSeams records every lookup and dial of a provider's instances.
@@ -122,9 +98,9 @@ func (n *netSeams) snapshot() ([]netip.AddrPort, map[string]int) {
 // the address that was checked.
 func TestDestinationsDeniedByDefault(t *testing.T) {
 	const allowedIP = "127.0.0.5"
-	plain, plainHits := originOn(t, allowedIP, "allowed origin", false)
-	secure, secureHits := originOn(t, allowedIP, "allowed tls origin", true)
-	denied, deniedHits := originOn(t, "127.0.0.1", "loopback origin", false)
+	plain, plainHits := testenv.CountingOrigin(t, allowedIP, "allowed origin", false)
+	secure, secureHits := testenv.CountingOrigin(t, allowedIP, "allowed tls origin", true)
+	denied, deniedHits := testenv.CountingOrigin(t, "127.0.0.1", "loopback origin", false)
 	plainPort, securePort, deniedPort := portOf(t, plain.URL), portOf(t, secure.URL), portOf(t, denied.URL)
 
 	cfg := Config{BindCIDR: nextRange(24)}
@@ -249,7 +225,7 @@ func TestDestinationsDeniedByDefault(t *testing.T) {
 // An entry that allows nothing refuses this host's own origins: the
 // default entry, as deployed, is no way into the host.
 func TestDestinationsDeniedByDefault_DefaultEntry(t *testing.T) {
-	origin, hits := originOn(t, "127.0.0.1", "loopback origin", false)
+	origin, hits := testenv.CountingOrigin(t, "127.0.0.1", "loopback origin", false)
 	p, err := New(testProviderName, Config{BindCIDR: nextRange(24)}, optsFor(testInstallation))
 	if err != nil {
 		t.Fatal(err)

@@ -15,17 +15,16 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 // Addresses of the test: the admitted client, the one destination the
@@ -35,29 +34,6 @@ const (
 	allowedIP = "127.0.0.5"
 	deniedIP  = "127.0.0.1"
 )
-
-// countingServer serves on ip and counts the requests it gets.
-func countingServer(t *testing.T, ip, body string, tlsToo bool) (*httptest.Server, *atomic.Int32) {
-	t.Helper()
-	var hits atomic.Int32
-	ln, err := net.Listen("tcp4", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		hits.Add(1)
-		_, _ = io.WriteString(w, body)
-	}))
-	_ = srv.Listener.Close()
-	srv.Listener = ln
-	if tlsToo {
-		srv.StartTLS()
-	} else {
-		srv.Start()
-	}
-	t.Cleanup(srv.Close)
-	return srv, &hits
-}
 
 // safetyNet is appended to the generated config in tests only: anything
 // for a non-loopback destination goes to the loopback catch peer.
@@ -117,11 +93,11 @@ func via(t *testing.T, proxy, source, target string, connect bool, tlsConf *tls.
 // destinations and CONNECT to any port but the allowed ones, in
 // http_access, while the destination the entry allows passes.
 func TestDestinationsDeniedByDefault_RealSquid(t *testing.T) {
-	plain, plainHits := countingServer(t, allowedIP, "allowed origin", false)
-	secure, secureHits := countingServer(t, allowedIP, "allowed tls origin", true)
-	deniedSrv, deniedHits := countingServer(t, deniedIP, "loopback origin", false)
+	plain, plainHits := testenv.CountingOrigin(t, allowedIP, "allowed origin", false)
+	secure, secureHits := testenv.CountingOrigin(t, allowedIP, "allowed tls origin", true)
+	deniedSrv, deniedHits := testenv.CountingOrigin(t, deniedIP, "loopback origin", false)
 	denied := deniedSrv.URL
-	catch, catchHits := countingServer(t, "127.0.0.1", "caught", false)
+	catch, catchHits := testenv.CountingOrigin(t, "127.0.0.1", "caught", false)
 	deniedPort := strings.TrimPrefix(denied, "http://"+deniedIP+":")
 	_, catchPort, _ := net.SplitHostPort(strings.TrimPrefix(catch.URL, "http://"))
 	_, securePort, _ := net.SplitHostPort(strings.TrimPrefix(secure.URL, "https://"))
@@ -137,7 +113,7 @@ func TestDestinationsDeniedByDefault_RealSquid(t *testing.T) {
 	}
 	dirs := squidtest.NewDirs(t)
 	sp := Params{
-		ListenAddr: "127.0.0.1", Port: squidtest.FreePort(t),
+		ListenAddr: "127.0.0.1", Port: testenv.FreePort(t),
 		Clients:      []netip.Prefix{netip.MustParsePrefix(clientIP + "/32")},
 		Destinations: settings.Policy(),
 		PidFile:      dirs.PidFile(), CoredumpDir: dirs.Run, EffectiveUser: dirs.EffectiveUser,
@@ -206,10 +182,10 @@ func TestDestinationsDeniedByDefault_RealSquid(t *testing.T) {
 // TestRealSquid_Clients: the same rules forward for an admitted source and
 // refuse any other.
 func TestRealSquid_Clients(t *testing.T) {
-	origin, _ := countingServer(t, allowedIP, "hello through squid", false)
+	origin, _ := testenv.CountingOrigin(t, allowedIP, "hello through squid", false)
 	dirs := squidtest.NewDirs(t)
 	sp := Params{
-		ListenAddr: "127.0.0.1", Port: squidtest.FreePort(t),
+		ListenAddr: "127.0.0.1", Port: testenv.FreePort(t),
 		// Only 127.0.0.2 is admitted; 127.0.0.1 is not.
 		Clients:      []netip.Prefix{netip.MustParsePrefix(clientIP + "/32")},
 		Destinations: (&egress.Settings{AllowedDestinations: []string{allowedIP + "/32"}}).Policy(),

@@ -131,17 +131,6 @@ func waitListening(addr string, exited <-chan struct{}) bool {
 	return false
 }
 
-// FreePort is a loopback port the kernel just handed out.
-func FreePort(t testing.TB) int32 {
-	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return int32(ln.Addr().(*net.TCPAddr).Port)
-}
-
 // Addr is host:port for a listen address and port.
 func Addr(host string, port int32) string { return net.JoinHostPort(host, strconv.Itoa(int(port))) }
 

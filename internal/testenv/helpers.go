@@ -2,9 +2,13 @@ package testenv
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -67,4 +71,29 @@ func FreePort(t testing.TB) int32 {
 	}
 	defer ln.Close()
 	return int32(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// CountingOrigin serves body on ip (plain HTTP, or TLS when useTLS) until
+// the test ends, and counts the requests it gets: a test proves a refused
+// destination was never reached by a count of zero.
+func CountingOrigin(t testing.TB, ip, body string, useTLS bool) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var hits atomic.Int32
+	ln, err := net.Listen("tcp4", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits.Add(1)
+		_, _ = io.WriteString(w, body)
+	}))
+	_ = srv.Listener.Close()
+	srv.Listener = ln
+	if useTLS {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	return srv, &hits
 }
