@@ -13,8 +13,8 @@ import (
 //   - gives the call a ctx whose logger is ctx's own (the reconcile's values,
 //     the span's IDs), named after providerType and tagged provider=<name>
 //     and the call's key (name for Create, id for Get, Delete and
-//     DeleteSecondary): the
-//     provider logs its own detail with logr.FromContextOrDiscard(ctx);
+//     DeleteSecondary): the provider logs its own detail with
+//     logr.FromContextOrDiscard(ctx);
 //   - wraps the error with the configured name and the operation (Wrap keeps
 //     a class decided at the source; an unclassified error is Transient),
 //     and returns the zero Instance with it;
