@@ -8,6 +8,7 @@ import (
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/fake"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/providertest"
 )
 
 func secondaryIDs(list []provider.Secondary) []string {
@@ -139,3 +140,11 @@ func compare(a, b string) int {
 	}
 	return 0
 }
+
+// PlantSecondary is the conformance suite's hand for secondary resources: a
+// volume of the instance, as a crash before the instance leaves it.
+func (h hook) PlantSecondary(_ *testing.T, instance string, marks provider.Marks) {
+	h.p.Backend().PlantSecondary("volume", instance, &marks)
+}
+
+var _ providertest.SecondaryPlanter = hook{}

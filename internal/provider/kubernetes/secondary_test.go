@@ -9,11 +9,13 @@ import (
 	"sync/atomic"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientset "k8s.io/client-go/kubernetes"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/providertest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -254,3 +256,22 @@ func TestDeleteRemovesEverySecondaryKind(t *testing.T) {
 		t.Errorf("ListSecondary after Delete = %+v, %v; want nothing", after, err)
 	}
 }
+
+// PlantSecondary makes what a crash between the ConfigMap and the Pod
+// leaves: the instance's ConfigMap with the marks and the instance label,
+// and no Pod. One Create already made is left as it is.
+func (b *apiBackend) PlantSecondary(t *testing.T, instance string, marks provider.Marks) {
+	t.Helper()
+	labels := marks.Labels()
+	labels[labelInstance] = instance
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: instance, Namespace: b.ns, Labels: labels},
+		Data:       map[string]string{confFile: "# planted\n"},
+	}
+	_, err := b.cs.CoreV1().ConfigMaps(b.ns).Create(context.Background(), cm, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("PlantSecondary(%q): %v", instance, err)
+	}
+}
+
+var _ providertest.SecondaryPlanter = (*apiBackend)(nil)
