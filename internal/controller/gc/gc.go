@@ -25,9 +25,9 @@ import (
 const (
 	DefaultInterval = 2 * time.Minute
 	DefaultGrace    = 20 * time.Minute
-	// DefaultCallTimeout bounds one ListByTag or Delete, like the
-	// reconciler's provider call timeout: a hung backend holds only its own
-	// provider's pass.
+	// DefaultCallTimeout bounds one ListByTag, Delete, ListSecondary or
+	// DeleteSecondary, like the reconciler's provider call timeout: a hung
+	// backend holds only its own provider's pass.
 	DefaultCallTimeout = 15 * time.Minute
 )
 
@@ -50,8 +50,8 @@ const (
 	ReasonLeftover Reason = "leftover"
 )
 
-// Collector deletes the instances no Proxy accounts for; the package
-// documentation has the rules. It is a manager.Runnable that runs on the
+// Collector deletes the instances, and the secondary resources, no Proxy
+// accounts for; the package documentation has the rules. It is a manager.Runnable that runs on the
 // leader only. Set the fields before Start; zero durations take the
 // defaults.
 type Collector struct {
