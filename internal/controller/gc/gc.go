@@ -51,9 +51,9 @@ const (
 )
 
 // Collector deletes the instances, and the secondary resources, no Proxy
-// accounts for; the package documentation has the rules. It is a manager.Runnable that runs on the
-// leader only. Set the fields before Start; zero durations take the
-// defaults.
+// accounts for; the package documentation has the rules. It is a
+// manager.Runnable that runs on the leader only. Set the fields before
+// Start; zero durations take the defaults.
 type Collector struct {
 	// Reader reads Proxies; main passes the manager's cached client, so a
 	// pass costs the API server nothing.
@@ -124,7 +124,7 @@ type Result struct {
 	SecondaryActions []Action
 }
 
-// Action is one instance the pass collected.
+// Action is one instance, or secondary resource, the pass collected.
 type Action struct {
 	ID  string
 	UID string
