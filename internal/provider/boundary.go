@@ -12,8 +12,9 @@ import (
 //
 //   - gives the call a ctx whose logger is ctx's own (the reconcile's values,
 //     the span's IDs), named after providerType and tagged provider=<name>
-//     and the call's key (name for Create, id for Get and Delete): the
-//     provider logs its own detail with logr.FromContextOrDiscard(ctx);
+//     and the call's key (name for Create, id for Get, Delete and
+//     DeleteSecondary): the provider logs its own detail with
+//     logr.FromContextOrDiscard(ctx);
 //   - wraps the error with the configured name and the operation (Wrap keeps
 //     a class decided at the source; an unclassified error is Transient),
 //     and returns the zero Instance with it;
@@ -21,14 +22,23 @@ import (
 //     State and IP and whatever the provider noted with Note, or
 //     "<op> failed" with the notes, the class and the error.
 //
-// The result is a Checker exactly when p is one; Unwrap reaches p. The
-// registry applies it to every entry it builds (under the telemetry
-// decorators, so outcome lines carry the span's IDs), and the conformance
-// suite to every provider it tests, so both exercise the same path.
+// The result is a Checker exactly when p is one, and a SecondaryLister
+// exactly when p is one (its calls keyed by id for DeleteSecondary); Unwrap
+// reaches p. The registry applies it to every entry it builds (under the
+// telemetry decorators, so outcome lines carry the span's IDs), and the
+// conformance suite to every provider it tests, so both exercise the same
+// path.
 func WithBoundary(name, providerType string, p Provider) Provider {
 	b := &boundary{name: name, typ: providerType, inner: p}
-	if c, ok := p.(Checker); ok {
-		return &checkingBoundary{boundary: b, checker: c}
+	c, isChecker := p.(Checker)
+	s, isLister := p.(SecondaryLister)
+	switch {
+	case isChecker && isLister:
+		return &fullBoundary{boundary: b, checkPart: checkPart{b, c}, secondaryPart: secondaryPart{b, s}}
+	case isChecker:
+		return &checkingBoundary{boundary: b, checkPart: checkPart{b, c}}
+	case isLister:
+		return &secondaryBoundary{boundary: b, secondaryPart: secondaryPart{b, s}}
 	}
 	return b
 }
@@ -82,14 +92,42 @@ type boundary struct {
 	inner     Provider
 }
 
-type checkingBoundary struct {
-	*boundary
-	checker Checker
-}
+// The optional interfaces' halves of the boundary; each names the
+// boundary it belongs to rather than embedding it, so that the
+// combinations below promote every method without ambiguity.
+type (
+	checkPart struct {
+		b       *boundary
+		checker Checker
+	}
+	secondaryPart struct {
+		b     *boundary
+		lists SecondaryLister
+	}
+)
+
+type (
+	checkingBoundary struct {
+		*boundary
+		checkPart
+	}
+	secondaryBoundary struct {
+		*boundary
+		secondaryPart
+	}
+	fullBoundary struct {
+		*boundary
+		checkPart
+		secondaryPart
+	}
+)
 
 var (
-	_ Provider = (*boundary)(nil)
-	_ Checker  = (*checkingBoundary)(nil)
+	_ Provider        = (*boundary)(nil)
+	_ Checker         = (*checkingBoundary)(nil)
+	_ SecondaryLister = (*secondaryBoundary)(nil)
+	_ Checker         = (*fullBoundary)(nil)
+	_ SecondaryLister = (*fullBoundary)(nil)
 )
 
 // Unwrap returns the provider behind the boundary.
@@ -176,9 +214,9 @@ func (b *boundary) ListByTag(ctx context.Context) ([]Instance, error) {
 }
 
 // Check has no error to wrap: its outcome line carries the result.
-func (b *checkingBoundary) Check(ctx context.Context) CheckResult {
-	ctx, c := b.begin(ctx, OpCheck)
-	res := b.checker.Check(ctx)
+func (k checkPart) Check(ctx context.Context) CheckResult {
+	ctx, c := k.b.begin(ctx, OpCheck)
+	res := k.checker.Check(ctx)
 	if v := c.log.V(1); v.Enabled() {
 		kv := []any{"healthy", res.Healthy, "reason", res.Reason, "message", res.Message}
 		if len(res.Details) > 0 {
@@ -187,4 +225,18 @@ func (b *checkingBoundary) Check(ctx context.Context) CheckResult {
 		v.Info("check done", append(kv, c.notes.values()...)...)
 	}
 	return res
+}
+
+func (s secondaryPart) ListSecondary(ctx context.Context) ([]Secondary, error) {
+	ctx, c := s.b.begin(ctx, OpListSecondary)
+	list, err := s.lists.ListSecondary(ctx)
+	if err != nil {
+		return nil, c.end(err)
+	}
+	return list, c.end(nil, "secondaries", len(list))
+}
+
+func (s secondaryPart) DeleteSecondary(ctx context.Context, id string) error {
+	ctx, c := s.b.begin(ctx, OpDeleteSecondary, "id", id)
+	return c.end(s.lists.DeleteSecondary(ctx, id))
 }

@@ -28,6 +28,9 @@ const (
 	OpDelete = "delete"
 	OpList   = "list"
 	OpCheck  = "check"
+	// The SecondaryLister's calls.
+	OpListSecondary   = "list_secondary"
+	OpDeleteSecondary = "delete_secondary"
 )
 
 // Error is the one error type providers return. It names the configured

@@ -15,18 +15,20 @@ import (
 // Span attribute keys. Dashboards and queries depend on them: renaming one
 // is a breaking change.
 const (
-	AttrProviderName  = attribute.Key("provider.name")
-	AttrProviderType  = attribute.Key("provider.type")
-	AttrProxyNS       = attribute.Key("proxy.namespace")
-	AttrProxyName     = attribute.Key("proxy.name")
-	AttrProxyUID      = attribute.Key("proxy.uid")
-	AttrInstanceID    = attribute.Key("provider.instance.id")
-	AttrInstanceName  = attribute.Key("provider.instance.name")
-	AttrInstanceState = attribute.Key("provider.instance.state")
-	AttrInstanceCount = attribute.Key("provider.instance.count")
-	AttrCheckHealthy  = attribute.Key("provider.check.healthy")
-	AttrCheckReason   = attribute.Key("provider.check.reason")
-	AttrErrorClass    = attribute.Key("error.class")
+	AttrProviderName   = attribute.Key("provider.name")
+	AttrProviderType   = attribute.Key("provider.type")
+	AttrProxyNS        = attribute.Key("proxy.namespace")
+	AttrProxyName      = attribute.Key("proxy.name")
+	AttrProxyUID       = attribute.Key("proxy.uid")
+	AttrInstanceID     = attribute.Key("provider.instance.id")
+	AttrInstanceName   = attribute.Key("provider.instance.name")
+	AttrInstanceState  = attribute.Key("provider.instance.state")
+	AttrInstanceCount  = attribute.Key("provider.instance.count")
+	AttrSecondaryID    = attribute.Key("provider.secondary.id")
+	AttrSecondaryCount = attribute.Key("provider.secondary.count")
+	AttrCheckHealthy   = attribute.Key("provider.check.healthy")
+	AttrCheckReason    = attribute.Key("provider.check.reason")
+	AttrErrorClass     = attribute.Key("error.class")
 )
 
 // Span names of the provider operations.
@@ -36,6 +38,9 @@ const (
 	SpanDelete = "provider.delete"
 	SpanList   = "provider.list"
 	SpanCheck  = "provider.check"
+	// The SecondaryLister's calls.
+	SpanListSecondary   = "provider.list_secondary"
+	SpanDeleteSecondary = "provider.delete_secondary"
 )
 
 // proxyKey carries the Proxy a provider call is made for.
@@ -56,7 +61,7 @@ func proxyFrom(ctx context.Context) proxyID {
 }
 
 // Decorate returns the registry decorator that gives every call of an
-// entry's Provider and Checker one span (a child of the span in ctx, with
+// entry's Provider, Checker and Secondary one span (a child of the span in ctx, with
 // the span's IDs in ctx's logger) and one count and duration sample in
 // ProviderCalls and ProviderCallDuration. With a no-op tp (tracing off)
 // only the metrics are recorded.
@@ -74,6 +79,9 @@ func Decorate(tp trace.TracerProvider) registry.Decorator {
 		e.Provider = &tracedProvider{inner: e.Provider, m: m}
 		if e.Checker != nil {
 			e.Checker = &tracedChecker{inner: e.Checker, m: m}
+		}
+		if e.Secondary != nil {
+			e.Secondary = &tracedSecondary{inner: e.Secondary, m: m}
 		}
 	}
 }
@@ -226,4 +234,31 @@ func (k *tracedChecker) Check(ctx context.Context) provider.CheckResult {
 		k.m.end(c, ErrorClassUnhealthy, true, r.Reason+": "+r.Message)
 	}
 	return r
+}
+
+// tracedSecondary is a SecondaryLister with a span and metrics around each
+// call.
+type tracedSecondary struct {
+	inner provider.SecondaryLister
+	m     *meter
+}
+
+func (s *tracedSecondary) ListSecondary(ctx context.Context) ([]provider.Secondary, error) {
+	ctx, c := s.m.begin(ctx, provider.OpListSecondary, SpanListSecondary, "", nil)
+	out, err := s.inner.ListSecondary(ctx)
+	if c.span != nil && err == nil {
+		c.span.SetAttributes(AttrSecondaryCount.Int(len(out)))
+	}
+	s.m.endErr(c, err)
+	return out, err
+}
+
+func (s *tracedSecondary) DeleteSecondary(ctx context.Context, id string) error {
+	ctx, c := s.m.begin(ctx, provider.OpDeleteSecondary, SpanDeleteSecondary, "", nil)
+	if c.span != nil {
+		c.span.SetAttributes(AttrSecondaryID.String(id))
+	}
+	err := s.inner.DeleteSecondary(ctx, id)
+	s.m.endErr(c, err)
+	return err
 }

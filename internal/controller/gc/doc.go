@@ -1,7 +1,7 @@
-// Package gc is the garbage collector of backend instances: it deletes
-// instances that no Proxy accounts for, so that nothing the operator made
-// leaks, and it never touches anything a Proxy still uses or another
-// installation made.
+// Package gc is the garbage collector of backend instances and of the
+// secondary resources providers make beside them: it deletes what no Proxy
+// accounts for, so that nothing the operator made leaks, and it never
+// touches anything a Proxy still uses or another installation made.
 //
 // # One pass
 //
@@ -9,11 +9,16 @@
 // provider whose listing fails or hangs delays and stops no other. A pass
 //
 //  1. lists the backend (ListByTag: this installation's marked instances,
-//     read for ID, UID and CreatedAt only), and only then
+//     read for ID, UID and CreatedAt only; then, for a provider with
+//     secondary resources, ListSecondary), and only then
 //  2. reads every Proxy from the manager's cache, so that the cluster view
 //     is the fresher of the two: an instance listed in step 1 was created
 //     after its Proxy entered the cache (the reconciler works from the same
 //     cache), so its Proxy is seen in step 2.
+//
+// A failed ListByTag ends the pass on that provider; a failed
+// ListSecondary only keeps the secondary resources from being collected
+// that pass.
 //
 // An instance whose ID any Proxy's status records
 // (ProxyStatus.RecordedProviderIDs: status.providerID,
@@ -41,6 +46,38 @@
 // Proxy's status.observedGeneration is behind metadata.generation: a spec
 // change the reconciler has not finished a pass for, and that pass may be
 // creating the replacement right now.
+//
+// # Secondary resources
+//
+// A provider that makes objects beside its instances (the kubernetes
+// provider's ConfigMap and Service, a VM provider's volumes, seed ISOs and
+// firewall rules) lists them through provider.SecondaryLister, the
+// registry entry's Secondary. A crash between two steps of a Create, or an
+// instance removed by hand, leaves them where no Delete will come. Each is
+// collected, once older than the grace, when
+//
+//   - the provider says its instance is gone (Secondary.InstanceGone: it
+//     read the backend and found no instance of that name; a provider
+//     that cannot tell reports false, and the collector keeps). Only the
+//     provider knows whether its view was complete and how a resource names
+//     its instance, so the collector never infers absence from ListByTag;
+//   - no Proxy records its instance: neither its name (status.instanceName,
+//     status.retiringInstanceName: a lost instance is created again under
+//     its name and uses what is left of it) nor its ID
+//     (ProxyStatus.RecordedProviderIDs);
+//   - and its owner (the UID mark) is on no Proxy, or the mark is empty
+//     (ReasonOrphan), or is a Proxy whose status.providerID is set and
+//     whose observedGeneration is current (ReasonLeftover: a replaced
+//     instance whose Delete stopped half-way).
+//
+// It is kept, whatever its age, while its owner's create is in flight
+// (status.providerID empty) or its spec change not yet acted on
+// (observedGeneration behind generation): that create may be about to make
+// or use its instance. A resource whose marks say it is not managed, or
+// name no installation, or that has no ID, is a provider bug and is kept.
+// Age, first sight, dry run and once-per-resource logging work as for
+// instances, in a memory of their own (secondary and instance IDs are the
+// provider's and may look alike).
 //
 // # Age
 //
@@ -76,8 +113,8 @@
 //
 // With DryRun the collector logs "would delete" and counts, and deletes
 // nothing. Every deletion is logged at Info with provider, id, uid, reason,
-// age and ageSince (created or firstSeen); nothing else about any instance
-// is logged. An instance deleted (or reported in dry run) is logged and
+// age and ageSince (created or firstSeen), and a secondary resource's with
+// kind and instance besides; nothing else about any of them is logged. An instance deleted (or reported in dry run) is logged and
 // counted once while it stays listed: a Delete that returns early leaves it
 // listed for a while, and the next passes delete it again quietly.
 //
@@ -92,6 +129,16 @@
 //     always means deleted)
 //   - egress_proxy_gc_delete_errors_total{provider}: failed Deletes, retried
 //     next pass
+//   - egress_proxy_gc_secondary_list_errors_total{provider}: failed
+//     ListSecondary calls
+//   - egress_proxy_gc_secondaries_deleted_total{provider,kind,reason} and
+//     egress_proxy_gc_secondaries_would_delete_total{provider,kind,reason}:
+//     secondary resources deleted, or reported in dry run, by the
+//     provider's kind (configmap, service, volume...) and reason (orphan,
+//     leftover); metrics of their own, so the instance counters keep their
+//     meaning and labels
+//   - egress_proxy_gc_secondary_delete_errors_total{provider,kind}: failed
+//     DeleteSecondary calls, retried next pass
 //
 // # Scope
 //

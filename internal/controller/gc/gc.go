@@ -25,9 +25,9 @@ import (
 const (
 	DefaultInterval = 2 * time.Minute
 	DefaultGrace    = 20 * time.Minute
-	// DefaultCallTimeout bounds one ListByTag or Delete, like the
-	// reconciler's provider call timeout: a hung backend holds only its own
-	// provider's pass.
+	// DefaultCallTimeout bounds one ListByTag, Delete, ListSecondary or
+	// DeleteSecondary, like the reconciler's provider call timeout: a hung
+	// backend holds only its own provider's pass.
 	DefaultCallTimeout = 15 * time.Minute
 )
 
@@ -45,12 +45,15 @@ const (
 	ReasonOrphan Reason = "orphan"
 	// ReasonDuplicate: the instance's Proxy records another instance.
 	ReasonDuplicate Reason = "duplicate"
+	// ReasonLeftover: a secondary resource whose instance is gone and whose
+	// Proxy, settled, records neither that instance's name nor its ID.
+	ReasonLeftover Reason = "leftover"
 )
 
-// Collector deletes the instances no Proxy accounts for; the package
-// documentation has the rules. It is a manager.Runnable that runs on the
-// leader only. Set the fields before Start; zero durations take the
-// defaults.
+// Collector deletes the instances, and the secondary resources, no Proxy
+// accounts for; the package documentation has the rules. It is a
+// manager.Runnable that runs on the leader only. Set the fields before
+// Start; zero durations take the defaults.
 type Collector struct {
 	// Reader reads Proxies; main passes the manager's cached client, so a
 	// pass costs the API server nothing.
@@ -105,14 +108,32 @@ type Result struct {
 	Young int
 	// Actions are the instances deleted, or reported in dry run, this pass.
 	Actions []Action
+
+	// SecondaryErr: the provider's ListSecondary failed (counted in
+	// secondary_list_errors_total); no secondary resource was collected
+	// this pass, instances were.
+	SecondaryErr error
+	// SecondariesListed is how many secondary resources ListSecondary
+	// returned; zero for a provider without them.
+	SecondariesListed int
+	// SecondariesYoung is how many would be collected but are not older
+	// than the grace period yet.
+	SecondariesYoung int
+	// SecondaryActions are the secondary resources deleted, or reported in
+	// dry run, this pass; their Kind and Instance are set.
+	SecondaryActions []Action
 }
 
-// Action is one instance the pass collected.
+// Action is one instance, or secondary resource, the pass collected.
 type Action struct {
-	ID     string
-	UID    string
-	Reason Reason
-	Age    time.Duration
+	ID  string
+	UID string
+	// Kind and Instance are a secondary resource's (provider.Secondary);
+	// empty for an instance.
+	Kind     string
+	Instance string
+	Reason   Reason
+	Age      time.Duration
 	// FirstSeen: the instance has no CreatedAt and Age counts from the
 	// first pass that listed it.
 	FirstSeen bool
@@ -125,17 +146,35 @@ type Action struct {
 	Err error
 }
 
-// instKey identifies an instance in the collector's memory. The UID is part
-// of it because some backends reuse IDs (Proxmox VMIDs): a new instance
-// under an old ID must not inherit the old one's first-seen time.
+// instKey identifies an instance, or a secondary resource, in the
+// collector's memory. The UID is part of it because some backends reuse IDs
+// (Proxmox VMIDs): a new instance under an old ID must not inherit the old
+// one's first-seen time.
 type instKey struct{ id, uid string }
 
-// providerState is what the collector remembers about one provider. Its
-// maps are touched only by the pass that set running, so they need no lock.
+// providerState is what the collector remembers about one provider: one
+// book for its instances, one for its secondary resources (their IDs are
+// the provider's and may look alike). Its maps are touched only by the
+// pass that set running, so they need no lock.
 type providerState struct {
-	running   bool
+	running     bool
+	instances   ageBook
+	secondaries ageBook
+}
+
+// ageBook is the memory of one kind of listed thing: when those without a
+// CreatedAt were first listed, and which were already deleted (or reported
+// in dry run) while they stay listed.
+type ageBook struct {
 	firstSeen map[instKey]time.Time
 	handled   map[instKey]bool
+}
+
+func newProviderState() *providerState {
+	return &providerState{
+		instances:   ageBook{firstSeen: map[instKey]time.Time{}, handled: map[instKey]bool{}},
+		secondaries: ageBook{firstSeen: map[instKey]time.Time{}, handled: map[instKey]bool{}},
+	}
 }
 
 // NeedLeaderElection makes the collector run on the leader only: two
@@ -236,9 +275,9 @@ func (c *Collector) CollectOnce(ctx context.Context) map[string]Result {
 		live[e.Name] = true
 		st := c.states[e.Name]
 		if st == nil {
-			st = &providerState{firstSeen: map[instKey]time.Time{}, handled: map[instKey]bool{}}
+			st = newProviderState()
 			c.states[e.Name] = st
-			touchMetrics(e.Name)
+			touchMetrics(e.Name, e.Secondary != nil)
 		}
 		if st.running {
 			results[e.Name] = Result{Provider: e.Name, Skipped: true}
@@ -305,6 +344,19 @@ func (c *Collector) pass(ctx context.Context, e *registry.Entry, st *providerSta
 		res.Err = err
 		return res
 	}
+	// Secondary resources are listed after the instances and before the
+	// cache as well; a failure here still lets the instances be collected.
+	var secs []provider.Secondary
+	if e.Secondary != nil {
+		listCtx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+		secs, err = e.Secondary.ListSecondary(listCtx)
+		cancel()
+		if err != nil {
+			secondaryListErrorsTotal.WithLabelValues(e.Name).Inc()
+			log.Error(err, "garbage collection: listing secondary resources failed; none collected on this provider this pass")
+			res.SecondaryErr, secs = err, nil
+		}
+	}
 	proxies := &egressv1.ProxyList{}
 	// Read only, so the cache's objects are not copied.
 	if err := c.Reader.List(ctx, proxies, client.UnsafeDisableDeepCopy); err != nil {
@@ -312,54 +364,85 @@ func (c *Collector) pass(ctx context.Context, e *registry.Entry, st *providerSta
 		res.Err = err
 		return res
 	}
-	byUID := make(map[types.UID]*egressv1.Proxy, len(proxies.Items))
-	recorded := map[string]bool{}
+	items := make([]*egressv1.Proxy, len(proxies.Items))
 	for i := range proxies.Items {
-		px := &proxies.Items[i]
-		byUID[px.UID] = px
-		for _, id := range px.Status.RecordedProviderIDs() {
-			recorded[id] = true
-		}
+		items[i] = &proxies.Items[i]
 	}
+	view := newProxyView(items)
 
 	now := c.Clock.Now()
-	st.observe(insts, now)
+	keys := make([]instKey, len(insts))
+	undated := make([]bool, len(insts))
+	for i, inst := range insts {
+		keys[i], undated[i] = instKey{inst.ID, inst.UID}, inst.CreatedAt.IsZero()
+	}
+	st.instances.observe(keys, undated, now)
 	res.Listed = len(insts)
 	for _, inst := range insts {
 		if ctx.Err() != nil {
 			break
 		}
-		reason, collect := classify(inst, byUID, recorded)
+		reason, collect := classify(inst, view.byUID, view.ids)
 		if !collect {
 			continue
 		}
 		k := instKey{inst.ID, inst.UID}
-		age, firstSeen := now.Sub(inst.CreatedAt), inst.CreatedAt.IsZero()
-		if firstSeen {
-			age = now.Sub(st.firstSeen[k])
-		}
+		age, firstSeen := st.instances.age(k, inst.CreatedAt, now)
 		if age <= c.Grace {
 			res.Young++
 			continue
 		}
-		act := Action{ID: inst.ID, UID: inst.UID, Reason: reason, Age: age, FirstSeen: firstSeen, DryRun: c.DryRun, Again: st.handled[k]}
+		act := Action{ID: inst.ID, UID: inst.UID, Reason: reason, Age: age, FirstSeen: firstSeen, DryRun: c.DryRun, Again: st.instances.handled[k]}
 		c.act(ctx, log, e, &act)
 		if act.Err == nil {
-			st.handled[k] = true
+			st.instances.handled[k] = true
 		}
 		res.Actions = append(res.Actions, act)
 	}
+	if e.Secondary != nil && res.SecondaryErr == nil {
+		c.collectSecondaries(ctx, log, e, st, secs, view, now, &res)
+	}
 	return res
+}
+
+// collectSecondaries applies the secondary rules to one pass's listing.
+func (c *Collector) collectSecondaries(ctx context.Context, log logr.Logger, e *registry.Entry, st *providerState,
+	secs []provider.Secondary, view proxyView, now time.Time, res *Result) {
+	keys := make([]instKey, len(secs))
+	undated := make([]bool, len(secs))
+	for i, s := range secs {
+		keys[i], undated[i] = instKey{s.ID, s.Marks.UID}, s.CreatedAt.IsZero()
+	}
+	st.secondaries.observe(keys, undated, now)
+	res.SecondariesListed = len(secs)
+	for _, s := range secs {
+		if ctx.Err() != nil {
+			break
+		}
+		reason, collect := classifySecondary(s, view)
+		if !collect {
+			continue
+		}
+		k := instKey{s.ID, s.Marks.UID}
+		age, firstSeen := st.secondaries.age(k, s.CreatedAt, now)
+		if age <= c.Grace {
+			res.SecondariesYoung++
+			continue
+		}
+		act := Action{ID: s.ID, UID: s.Marks.UID, Kind: s.Kind, Instance: s.Instance, Reason: reason, Age: age,
+			FirstSeen: firstSeen, DryRun: c.DryRun, Again: st.secondaries.handled[k]}
+		c.actSecondary(ctx, log, e, &act)
+		if act.Err == nil {
+			st.secondaries.handled[k] = true
+		}
+		res.SecondaryActions = append(res.SecondaryActions, act)
+	}
 }
 
 // act deletes one instance, or reports it in dry run, and logs and counts
 // it the first time.
 func (c *Collector) act(ctx context.Context, log logr.Logger, e *registry.Entry, a *Action) {
-	since := "created"
-	if a.FirstSeen {
-		since = "firstSeen"
-	}
-	kv := []any{"id", a.ID, "uid", a.UID, "reason", string(a.Reason), "age", a.Age.Round(time.Second).String(), "ageSince", since}
+	kv := []any{"id", a.ID, "uid", a.UID, "reason", string(a.Reason), "age", a.Age.Round(time.Second).String(), "ageSince", a.since()}
 	if a.DryRun {
 		if !a.Again {
 			log.Info("garbage collection (dry run): would delete instance", kv...)
@@ -384,27 +467,72 @@ func (c *Collector) act(ctx context.Context, log logr.Logger, e *registry.Entry,
 	deletedTotal.WithLabelValues(e.Name, string(a.Reason)).Inc()
 }
 
-// observe records when instances without CreatedAt were first listed and
-// forgets every instance the backend no longer lists.
-func (st *providerState) observe(insts []provider.Instance, now time.Time) {
-	listed := make(map[instKey]bool, len(insts))
-	for _, inst := range insts {
-		k := instKey{inst.ID, inst.UID}
+// actSecondary deletes one secondary resource through the provider, or
+// reports it in dry run, and logs and counts it the first time.
+func (c *Collector) actSecondary(ctx context.Context, log logr.Logger, e *registry.Entry, a *Action) {
+	kv := []any{"kind", a.Kind, "id", a.ID, "uid", a.UID, "instance", a.Instance, "reason", string(a.Reason),
+		"age", a.Age.Round(time.Second).String(), "ageSince", a.since()}
+	if a.DryRun {
+		if !a.Again {
+			log.Info("garbage collection (dry run): would delete secondary resource", kv...)
+			secondariesWouldDeleteTotal.WithLabelValues(e.Name, a.Kind, string(a.Reason)).Inc()
+		}
+		return
+	}
+	delCtx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+	err := e.Secondary.DeleteSecondary(delCtx, a.ID)
+	cancel()
+	if err != nil && !errors.Is(err, provider.ErrNotFound) {
+		a.Err = err
+		secondaryDeleteErrorsTotal.WithLabelValues(e.Name, a.Kind).Inc()
+		log.Error(err, "garbage collection: deleting secondary resource failed; trying again next pass", kv...)
+		return
+	}
+	if a.Again {
+		log.V(1).Info("garbage collection: secondary resource still listed after its deletion; deleted again", kv...)
+		return
+	}
+	log.Info("garbage collection: deleted secondary resource", kv...)
+	secondariesDeletedTotal.WithLabelValues(e.Name, a.Kind, string(a.Reason)).Inc()
+}
+
+// since is the ageSince log value: what the age counts from.
+func (a *Action) since() string {
+	if a.FirstSeen {
+		return "firstSeen"
+	}
+	return "created"
+}
+
+// observe records when the listed things without a CreatedAt (undated)
+// were first listed and forgets every one the backend no longer lists.
+func (b ageBook) observe(keys []instKey, undated []bool, now time.Time) {
+	listed := make(map[instKey]bool, len(keys))
+	for i, k := range keys {
 		listed[k] = true
-		if _, ok := st.firstSeen[k]; !ok && inst.CreatedAt.IsZero() {
-			st.firstSeen[k] = now
+		if _, ok := b.firstSeen[k]; !ok && undated[i] {
+			b.firstSeen[k] = now
 		}
 	}
-	for k := range st.firstSeen {
+	for k := range b.firstSeen {
 		if !listed[k] {
-			delete(st.firstSeen, k)
+			delete(b.firstSeen, k)
 		}
 	}
-	for k := range st.handled {
+	for k := range b.handled {
 		if !listed[k] {
-			delete(st.handled, k)
+			delete(b.handled, k)
 		}
 	}
+}
+
+// age is how old k is: since createdAt, or since first sight when that is
+// zero (firstSeen true then).
+func (b ageBook) age(k instKey, createdAt, now time.Time) (age time.Duration, firstSeen bool) {
+	if createdAt.IsZero() {
+		return now.Sub(b.firstSeen[k]), true
+	}
+	return now.Sub(createdAt), false
 }
 
 // classify says whether an instance is to be collected (once old enough),
@@ -433,4 +561,61 @@ func classify(inst provider.Instance, byUID map[types.UID]*egressv1.Proxy, recor
 		return "", false // a spec change not yet acted on may be creating a replacement
 	}
 	return ReasonDuplicate, true
+}
+
+// proxyView is what one pass knows of the Proxies: each by UID, and every
+// instance ID and name any of them records.
+type proxyView struct {
+	byUID map[types.UID]*egressv1.Proxy
+	// ids holds ProxyStatus.RecordedProviderIDs of every Proxy.
+	ids map[string]bool
+	// names holds every status.instanceName and status.retiringInstanceName.
+	names map[string]bool
+}
+
+func newProxyView(proxies []*egressv1.Proxy) proxyView {
+	v := proxyView{byUID: make(map[types.UID]*egressv1.Proxy, len(proxies)), ids: map[string]bool{}, names: map[string]bool{}}
+	for _, px := range proxies {
+		v.byUID[px.UID] = px
+		for _, id := range px.Status.RecordedProviderIDs() {
+			v.ids[id] = true
+		}
+		for _, n := range []string{px.Status.InstanceName, px.Status.RetiringInstanceName} {
+			if n != "" {
+				v.names[n] = true
+			}
+		}
+	}
+	return v
+}
+
+// classifySecondary says whether a secondary resource is to be collected
+// (once old enough), and why: the secondary half of the rule set, which the
+// package documentation explains. It keeps a resource unless the provider
+// says its instance is gone and no Proxy accounts for it.
+func classifySecondary(s provider.Secondary, v proxyView) (Reason, bool) {
+	switch {
+	case s.ID == "":
+		return "", false // nothing to delete by; a provider bug
+	case !s.Marks.Managed || s.Marks.Installation == "":
+		return "", false // not ours by its own marks; a provider bug
+	case !s.InstanceGone:
+		return "", false // its instance exists, or the provider cannot tell
+	case s.Instance != "" && v.names[s.Instance], s.InstanceID != "" && v.ids[s.InstanceID]:
+		// A Proxy records its instance, as current, retiring or superseded:
+		// a lost instance is created again under its name and uses what
+		// is left of it; the reconciler deletes the rest itself.
+		return "", false
+	}
+	px, ok := v.byUID[types.UID(s.Marks.UID)]
+	if !ok || s.Marks.UID == "" {
+		return ReasonOrphan, true
+	}
+	switch {
+	case px.Status.ProviderID == "":
+		return "", false // a Create in flight may be making its instance
+	case px.Generation != px.Status.ObservedGeneration:
+		return "", false // a spec change not yet acted on may be making it
+	}
+	return ReasonLeftover, true
 }

@@ -47,7 +47,7 @@ func (s *entries) Entries() []*registry.Entry {
 }
 
 func entry(p *fake.Provider) *registry.Entry {
-	return &registry.Entry{Name: p.Name(), Type: "fake", Provider: p, Checker: p}
+	return &registry.Entry{Name: p.Name(), Type: "fake", Provider: p, Checker: p, Secondary: p}
 }
 
 // nsReader sees the Proxies of one namespace only, as an installation in a

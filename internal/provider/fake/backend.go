@@ -56,6 +56,9 @@ type Backend struct {
 	mu        sync.Mutex
 	now       func() time.Time
 	instances map[string]*instance
+	// secondaries and their serial: secondary.go.
+	secondaries     map[secondaryKey]*SecondaryRecord
+	secondarySerial uint64
 }
 
 // NewBackend returns an empty backend whose clock is time.Now.

@@ -48,6 +48,7 @@ type Provider struct {
 	checkResult      provider.CheckResult
 	calls            map[string]int
 	createRequests   []provider.CreateRequest
+	secondary        secondaryRecords
 }
 
 var (
@@ -217,4 +218,5 @@ func (p *Provider) resetLocked() {
 	p.checkResult = DefaultCheckResult()
 	p.calls = map[string]int{}
 	p.createRequests = nil
+	p.secondary = secondaryRecords{}
 }

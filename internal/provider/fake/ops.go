@@ -197,6 +197,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	early := p.deletingGets
 	p.mu.Unlock()
 	outcome := p.backend.delete(name, p.installation, early)
+	p.backend.deleteSecondariesOf(name, p.installation)
 	log.V(1).Info("fake delete", "outcome", outcome)
 	return nil
 }

@@ -21,8 +21,8 @@ const checkTarget = "apiserver"
 
 // needed are the permissions the provider uses, on every kind it writes:
 // get and create (Create, adoption), patch (adoption fills in an empty UID
-// label), list (ListByTag, Pods only in practice, but asked for all so the
-// RBAC stays one rule) and delete.
+// label), list (ListByTag lists the Pods, ListSecondary the Services and
+// ConfigMaps) and delete.
 var (
 	neededVerbs     = []string{"get", "list", "create", "patch", "delete"}
 	neededResources = []groupResource{{"", "pods"}, {"", "services"}, {"", "configmaps"}, {"networking.k8s.io", "networkpolicies"}}

@@ -10,21 +10,15 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
-// Delete removes the instance's Pod, Service, ConfigMap and NetworkPolicy and returns once
-// the API server accepted the deletions; the Pod then terminates on its own
-// (Get reads Terminated until it is gone). An object that is gone, or that
-// is not ours, counts as deleted and is left alone.
+// Delete removes the instance's Pod and then its Service, ConfigMap and NetworkPolicy
+// (every kind in secondaryKinds) and returns once the API server accepted
+// the deletions; the Pod then terminates on its own (Get reads Terminated
+// until it is gone). An object that is gone, or that is not ours, counts as
+// deleted and is left alone.
 func (p *Provider) Delete(ctx context.Context, id string) error {
 	deleted, err := p.delete(ctx, id)
 	provider.Note(ctx, "deleted", deleted)
 	return err
-}
-
-// deleter is one kind of the instance's objects, as Delete sees it.
-type deleter struct {
-	kind string
-	get  func(ctx context.Context, name string) (metav1.Object, error)
-	del  func(ctx context.Context, name string, opts metav1.DeleteOptions) error
 }
 
 func (p *Provider) delete(ctx context.Context, id string) ([]string, error) {
@@ -36,29 +30,14 @@ func (p *Provider) delete(ctx context.Context, id string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	core := c.CoreV1()
 	// The Pod first: it stops serving, and a failure later leaves only
-	// objects a retry (or the owner reference) removes.
-	kinds := []deleter{
-		{"pod", func(ctx context.Context, n string) (metav1.Object, error) {
-			return core.Pods(ns).Get(ctx, n, metav1.GetOptions{})
-		}, core.Pods(ns).Delete},
-		{"service", func(ctx context.Context, n string) (metav1.Object, error) {
-			return core.Services(ns).Get(ctx, n, metav1.GetOptions{})
-		}, core.Services(ns).Delete},
-		{"configmap", func(ctx context.Context, n string) (metav1.Object, error) {
-			return core.ConfigMaps(ns).Get(ctx, n, metav1.GetOptions{})
-		}, core.ConfigMaps(ns).Delete},
-		// Last: the Pod it fences is already going (and Squid's own ACL
-		// admits the same ranges while it shuts down).
-		{"networkpolicy", func(ctx context.Context, n string) (metav1.Object, error) {
-			return c.NetworkingV1().NetworkPolicies(ns).Get(ctx, n, metav1.GetOptions{})
-		}, c.NetworkingV1().NetworkPolicies(ns).Delete},
-	}
+	// objects a retry, the owner reference or the garbage collector
+	// (ListSecondary) removes. Then every secondary kind.
+	kinds := append([]objectKind{podKind}, secondaryKinds...)
 	var deleted []string
 	for _, k := range kinds {
 		what := k.kind + " " + id
-		obj, err := k.get(ctx, name)
+		obj, err := k.get(ctx, c, ns, name)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -73,7 +52,7 @@ func (p *Provider) delete(ctx context.Context, id string) ([]string, error) {
 		// The UID precondition deletes exactly what was read: an object
 		// recreated under the name meanwhile is left for its owner.
 		uid := types.UID(obj.GetUID())
-		err = k.del(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		err = k.del(ctx, c, ns, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		switch {
 		case err == nil:
 			deleted = append(deleted, k.kind)

@@ -3,7 +3,11 @@
 // squid.conf and a Service giving the Pod a stable in-cluster name. The three
 // objects share the instance name, carry the provider marks as labels and,
 // when they live in the Proxy's own namespace, an OwnerReference to the
-// Proxy, so that a bypassed finalizer cannot leak them.
+// Proxy, so that a bypassed finalizer cannot leak them. The ConfigMap and
+// the Service are the provider's secondary resources
+// (provider.SecondaryLister): those whose Pod is gone, which a crash between
+// the ConfigMap and the Pod or a Pod removed by hand leaves, are listed for
+// the garbage collector wherever they live.
 //
 // The provider talks to the API server with its own typed client built from
 // a *rest.Config taken lazily from ctrl.GetConfig() on first use: the
@@ -46,8 +50,8 @@ const (
 	DefaultClientBurst = 40
 )
 
-// Provider runs instances as Pods. It implements provider.Provider and
-// provider.Checker.
+// Provider runs instances as Pods. It implements provider.Provider,
+// provider.Checker and provider.SecondaryLister.
 type Provider struct {
 	name string
 	opts provider.Options

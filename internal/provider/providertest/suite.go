@@ -30,6 +30,7 @@ var cases = []testCase{
 	{"ErrorsCarryConfiguredName", testErrorsCarryConfiguredName},
 	{"CancelledContextEndsEveryCall", testCancelledContextEndsEveryCall},
 	{"CloudInitNeverLeaks", testCloudInitNeverLeaks},
+	{"SecondaryWithoutInstanceIsCollectable", testSecondaryWithoutInstanceIsCollectable},
 }
 
 // CaseNames lists the suite's subtests, for a provider's test that wants

@@ -54,6 +54,11 @@ var mutants = []struct {
 	{"logs-cloud-init-klog", "CloudInitNeverLeaks"},
 	{"logs-cloud-init-std-log", "CloudInitNeverLeaks"},
 	{"logs-cloud-init-slog", "CloudInitNeverLeaks"},
+	// Secondary resources (suite_secondary_test.go).
+	{"secondary-live-as-orphan", "SecondaryWithoutInstanceIsCollectable"},
+	{"secondary-never-listed", "SecondaryWithoutInstanceIsCollectable"},
+	{"secondary-lists-every-installation", "SecondaryWithoutInstanceIsCollectable"},
+	{"secondary-delete-is-noop", "SecondaryWithoutInstanceIsCollectable"},
 }
 
 const mutantEnv = "PROVIDERTEST_MUTANT"

@@ -104,3 +104,21 @@ func (c *countedChecker) Check(ctx context.Context) provider.CheckResult {
 	defer c.calls.exit()
 	return c.inner.Check(ctx)
 }
+
+// countedSecondary counts each secondary call in flight.
+type countedSecondary struct {
+	inner provider.SecondaryLister
+	calls *inflight
+}
+
+func (c *countedSecondary) ListSecondary(ctx context.Context) ([]provider.Secondary, error) {
+	c.calls.enter()
+	defer c.calls.exit()
+	return c.inner.ListSecondary(ctx)
+}
+
+func (c *countedSecondary) DeleteSecondary(ctx context.Context, id string) error {
+	c.calls.enter()
+	defer c.calls.exit()
+	return c.inner.DeleteSecondary(ctx, id)
+}

@@ -74,6 +74,10 @@ type Entry struct {
 	Provider provider.Provider
 	// Checker is nil when the provider cannot check its backend.
 	Checker provider.Checker
+	// Secondary is nil when the provider keeps no secondary resources
+	// (provider.SecondaryLister); the garbage collector lists and deletes
+	// them through it.
+	Secondary provider.SecondaryLister
 	// PollInterval comes from the type.
 	PollInterval time.Duration
 	// Revision changes whenever the entry is rebuilt with other settings,
@@ -86,9 +90,9 @@ type Entry struct {
 	calls *inflight
 }
 
-// Decorator wraps an entry's Provider and Checker (spans, metrics). It is
-// applied once per entry when the entry is built, so provider code never
-// repeats cross-cutting concerns.
+// Decorator wraps an entry's Provider, Checker and Secondary (spans,
+// metrics). It is applied once per entry when the entry is built, so
+// provider code never repeats cross-cutting concerns.
 type Decorator func(e *Entry)
 
 // DefaultDrainTimeout is how long a replaced or removed provider stays open
@@ -256,7 +260,8 @@ func (r *Registry) parse(entries []config.Entry) ([]parsed, error) {
 }
 
 // build makes the entry's provider and wraps it, innermost first: the
-// method boundary, the in-flight count, then the decorators.
+// method boundary, the in-flight count, then the decorators; its Checker
+// and Secondary, when it has them, get the same layers.
 func (r *Registry) build(name, typ string, settings any) (*Entry, error) {
 	t := r.types[typ]
 	p, err := t.New(name, settings, r.opts)
@@ -271,6 +276,9 @@ func (r *Registry) build(name, typ string, settings any) (*Entry, error) {
 	e.Provider = &counted{inner: bounded, calls: e.calls}
 	if c, ok := bounded.(provider.Checker); ok {
 		e.Checker = &countedChecker{inner: c, calls: e.calls}
+	}
+	if s, ok := bounded.(provider.SecondaryLister); ok {
+		e.Secondary = &countedSecondary{inner: s, calls: e.calls}
 	}
 	for _, d := range r.decorators {
 		d(e)

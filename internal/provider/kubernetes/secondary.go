@@ -1,0 +1,273 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	clientset "k8s.io/client-go/kubernetes"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+var _ provider.SecondaryLister = (*Provider)(nil)
+
+// objectKind is one kind of object the provider makes for an instance, as
+// Delete, ListSecondary and DeleteSecondary reach it: every object of an
+// instance is named after it and carries its marks.
+type objectKind struct {
+	kind string
+	// list returns one page of the kind's objects in ns ("" for every
+	// namespace) and the continue token.
+	list func(ctx context.Context, c clientset.Interface, ns string, opts metav1.ListOptions) ([]metav1.Object, string, error)
+	get  func(ctx context.Context, c clientset.Interface, ns, name string) (metav1.Object, error)
+	del  func(ctx context.Context, c clientset.Interface, ns, name string, opts metav1.DeleteOptions) error
+}
+
+// typedClient is what objectKind needs of a typed client-go client.
+type typedClient[T, L any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*T, error)
+	List(ctx context.Context, opts metav1.ListOptions) (*L, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
+// kindOf makes the objectKind of a typed client; items takes a list's
+// objects and continue token.
+func kindOf[T any, PT interface {
+	*T
+	metav1.Object
+}, L any](kind string, api func(c clientset.Interface, ns string) typedClient[T, L], items func(*L) ([]T, string)) objectKind {
+	return objectKind{
+		kind: kind,
+		list: func(ctx context.Context, c clientset.Interface, ns string, opts metav1.ListOptions) ([]metav1.Object, string, error) {
+			l, err := api(c, ns).List(ctx, opts)
+			if err != nil {
+				return nil, "", err
+			}
+			objs, next := items(l)
+			out := make([]metav1.Object, len(objs))
+			for i := range objs {
+				out[i] = PT(&objs[i])
+			}
+			return out, next, nil
+		},
+		get: func(ctx context.Context, c clientset.Interface, ns, name string) (metav1.Object, error) {
+			obj, err := api(c, ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return PT(obj), nil
+		},
+		del: func(ctx context.Context, c clientset.Interface, ns, name string, opts metav1.DeleteOptions) error {
+			return api(c, ns).Delete(ctx, name, opts)
+		},
+	}
+}
+
+// podKind is the instance itself.
+var podKind = kindOf[corev1.Pod]("pod",
+	func(c clientset.Interface, ns string) typedClient[corev1.Pod, corev1.PodList] {
+		return c.CoreV1().Pods(ns)
+	},
+	func(l *corev1.PodList) ([]corev1.Pod, string) { return l.Items, l.Continue })
+
+// secondaryKinds are the objects the provider makes beside each Pod, in the
+// order Delete removes them (after the Pod). A kind added to Create is
+// added here, and Delete, ListSecondary and DeleteSecondary cover it; the
+// RBAC component and Check's neededResources grant and check its verbs.
+var secondaryKinds = []objectKind{
+	kindOf[corev1.Service]("service",
+		func(c clientset.Interface, ns string) typedClient[corev1.Service, corev1.ServiceList] {
+			return c.CoreV1().Services(ns)
+		},
+		func(l *corev1.ServiceList) ([]corev1.Service, string) { return l.Items, l.Continue }),
+	kindOf[corev1.ConfigMap]("configmap",
+		func(c clientset.Interface, ns string) typedClient[corev1.ConfigMap, corev1.ConfigMapList] {
+			return c.CoreV1().ConfigMaps(ns)
+		},
+		func(l *corev1.ConfigMapList) ([]corev1.ConfigMap, string) { return l.Items, l.Continue }),
+	// Last: the Pod it fences is already going (and Squid's own ACL admits
+	// the same ranges while it shuts down).
+	kindOf[networkingv1.NetworkPolicy]("networkpolicy",
+		func(c clientset.Interface, ns string) typedClient[networkingv1.NetworkPolicy, networkingv1.NetworkPolicyList] {
+			return c.NetworkingV1().NetworkPolicies(ns)
+		},
+		func(l *networkingv1.NetworkPolicyList) ([]networkingv1.NetworkPolicy, string) { return l.Items, l.Continue }),
+}
+
+func secondaryKind(kind string) (objectKind, bool) {
+	for _, k := range secondaryKinds {
+		if k.kind == kind {
+			return k, true
+		}
+	}
+	return objectKind{}, false
+}
+
+// secondaryID is "<kind>/<namespace>/<name>/<object UID>": the object UID
+// makes DeleteSecondary delete exactly the object listed, never one made
+// under the same name since (the next Create of the same Proxy).
+func secondaryID(kind, namespace, name string, uid types.UID) string {
+	return kind + "/" + namespace + "/" + name + "/" + string(uid)
+}
+
+// parseSecondaryID splits a secondary ID; a malformed one, or one of a kind
+// that is not a secondary, is Permanent and never reaches the API server.
+func parseSecondaryID(id string) (k objectKind, namespace, name string, uid types.UID, err error) {
+	parts := strings.Split(id, "/")
+	if len(parts) == 4 {
+		var ok bool
+		k, ok = secondaryKind(parts[0])
+		if ok && len(validation.IsDNS1123Label(parts[1])) == 0 && len(validation.IsDNS1035Label(parts[2])) == 0 && parts[3] != "" {
+			return k, parts[1], parts[2], types.UID(parts[3]), nil
+		}
+	}
+	return objectKind{}, "", "", "", provider.Errorf(provider.ErrPermanent,
+		"malformed secondary ID %q: want <%s>/<namespace>/<instance name>/<uid>", id, strings.Join(secondaryKindNames(), "|"))
+}
+
+func secondaryKindNames() []string {
+	names := make([]string, len(secondaryKinds))
+	for i, k := range secondaryKinds {
+		names[i] = k.kind
+	}
+	return names
+}
+
+// listOurs lists every object of k carrying this installation's marks, in
+// the entry's namespace or every one, page by page; a failed page fails the
+// whole listing (fail-whole).
+func (p *Provider) listOurs(ctx context.Context, c clientset.Interface, k objectKind) ([]metav1.Object, error) {
+	opts := metav1.ListOptions{LabelSelector: p.selector(), Limit: listPageSize}
+	var out []metav1.Object
+	for {
+		page, next, err := k.list(ctx, c, p.cfg.Namespace, opts)
+		if err != nil {
+			return nil, classify(err, "listing "+k.kind+"s")
+		}
+		for _, obj := range page {
+			if p.ours(obj.GetLabels()) { // the selector did it; a belt for the braces
+				out = append(out, obj)
+			}
+		}
+		if next == "" {
+			return out, nil
+		}
+		opts.Continue = next
+	}
+}
+
+// ListSecondary returns this installation's Services and ConfigMaps (every
+// kind in secondaryKinds), sorted by ID, each with its marks, its instance
+// (the object's name: every object of an instance is named after it) and
+// InstanceGone when no Pod of that name exists. The secondaries are listed
+// first and the Pods after, so a Pod made in between is seen; a Pod of the
+// name that is not ours (its marks stripped by hand) still counts as the
+// instance, since it may mount the ConfigMap: for each secondary whose Pod
+// the marked listing lacks, one Get of the Pod decides.
+func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, error) {
+	c, err := p.begin(ctx, provider.OpListSecondary)
+	if err != nil {
+		return nil, err
+	}
+	out := []provider.Secondary{}
+	for _, k := range secondaryKinds {
+		objs, err := p.listOurs(ctx, c, k)
+		if err != nil {
+			return nil, err
+		}
+		for _, obj := range objs {
+			out = append(out, provider.Secondary{
+				ID:         secondaryID(k.kind, obj.GetNamespace(), obj.GetName(), obj.GetUID()),
+				Kind:       k.kind,
+				Marks:      provider.MarksFromLabels(obj.GetLabels()),
+				Instance:   obj.GetName(),
+				InstanceID: instanceID(obj.GetNamespace(), obj.GetName()),
+				CreatedAt:  obj.GetCreationTimestamp().UTC(),
+			})
+		}
+	}
+	pods, err := p.listOurs(ctx, c, podKind)
+	if err != nil {
+		return nil, err
+	}
+	exists := make(map[string]bool, len(pods))
+	for _, pod := range pods {
+		exists[instanceID(pod.GetNamespace(), pod.GetName())] = true
+	}
+	gone := 0
+	for i := range out {
+		s := &out[i]
+		id := s.InstanceID
+		if _, known := exists[id]; !known {
+			ns, name, _ := strings.Cut(id, "/")
+			_, err := podKind.get(ctx, c, ns, name)
+			switch {
+			case apierrors.IsNotFound(err):
+				exists[id] = false
+			case err != nil:
+				return nil, classify(err, "reading pod "+id)
+			default:
+				exists[id] = true
+			}
+		}
+		s.InstanceGone = !exists[id]
+		if s.InstanceGone {
+			gone++
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	provider.Note(ctx, "instanceGone", gone)
+	return out, nil
+}
+
+// DeleteSecondary deletes the object the ID names, only when it is still
+// the object listed (same UID, a precondition of the delete) and ours; one
+// that is gone, recreated since or not ours counts as deleted and is left
+// alone.
+func (p *Provider) DeleteSecondary(ctx context.Context, id string) error {
+	outcome, err := p.deleteSecondary(ctx, id)
+	if err == nil {
+		provider.Note(ctx, "outcome", outcome)
+	}
+	return err
+}
+
+func (p *Provider) deleteSecondary(ctx context.Context, id string) (string, error) {
+	c, err := p.begin(ctx, provider.OpDeleteSecondary)
+	if err != nil {
+		return "", err
+	}
+	k, ns, name, uid, err := parseSecondaryID(id)
+	if err != nil {
+		return "", err
+	}
+	what := fmt.Sprintf("%s %s/%s", k.kind, ns, name)
+	obj, err := k.get(ctx, c, ns, name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "already gone", nil
+	case err != nil:
+		return "", classify(err, "reading "+what)
+	case obj.GetUID() != uid:
+		return "recreated since, left alone", nil
+	case !p.ours(obj.GetLabels()):
+		return "not ours, left alone", nil
+	}
+	err = k.del(ctx, c, ns, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	switch {
+	case err == nil:
+		return "deleted", nil
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return "gone or replaced meanwhile", nil
+	default:
+		return "", classify(err, "deleting "+what)
+	}
+}

@@ -1,0 +1,282 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientset "k8s.io/client-go/kubernetes"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/providertest"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
+)
+
+// failPodCreate is a wire seam that answers the first Pod POST with a 500,
+// as an operator crash between the ConfigMap and the Pod would leave the
+// backend: the ConfigMap made, the Pod and Service not.
+func failPodCreate(failed *atomic.Bool) func(http.RoundTripper) http.RoundTripper {
+	return func(next http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/pods") && failed.CompareAndSwap(false, true) {
+				return classResponse(req, provider.ErrTransient), nil
+			}
+			return next.RoundTrip(req)
+		})
+	}
+}
+
+// secondariesOf returns the listed secondaries of the instance named name.
+func secondariesOf(list []provider.Secondary, name string) map[string]provider.Secondary {
+	out := map[string]provider.Secondary{}
+	for _, s := range list {
+		if s.Instance == name {
+			out[s.Kind] = s
+		}
+	}
+	return out
+}
+
+func exists(t *testing.T, cs clientset.Interface, kind, ns, name string) bool {
+	t.Helper()
+	var err error
+	ctx := context.Background()
+	switch kind {
+	case "pod":
+		_, err = cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	case "service":
+		_, err = cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	case "configmap":
+		_, err = cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	default:
+		t.Fatalf("no kind %q", kind)
+	}
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("reading %s %s/%s: %v", kind, ns, name, err)
+	}
+	return true
+}
+
+// TestSecondaryResourcesWithoutPod (issue 8, item 2): the ConfigMaps and
+// Services the provider makes beside its Pods are listed as secondary
+// resources, with their marks, owner and age, and InstanceGone exactly
+// when no Pod of their name exists (one that lost our marks still counts);
+// DeleteSecondary removes exactly the object listed, and leaves another
+// installation's, a recreated one and a live instance's alone.
+func TestSecondaryResourcesWithoutPod(t *testing.T) {
+	cs := adminClient(t)
+	ns := newNamespace(t, "secondary", nil)
+	const installation = "secondary-test"
+	var failed atomic.Bool
+	raw := newAPIProvider(t, installation, Config{Namespace: ns}, nil)
+	raw.wireSeam = failPodCreate(&failed)
+	p := bounded(raw)
+	sl, ok := p.(provider.SecondaryLister)
+	if !ok {
+		t.Fatal("the kubernetes provider is no provider.SecondaryLister")
+	}
+	ctx := t.Context()
+	req := func(proxy, uid string) provider.CreateRequest {
+		return provider.CreateRequest{Name: provider.InstanceName("team", proxy, uid, "s1"), Namespace: "team",
+			ProxyName: proxy, UID: uid, Port: 3128, AllowedSourceRanges: []string{"10.0.0.0/8"}}
+	}
+
+	// Crash between the ConfigMap and the Pod.
+	crashed := req("crashed", "uid-crashed")
+	if _, err := p.Create(ctx, crashed); !errors.Is(err, provider.ErrTransient) || !failed.Load() {
+		t.Fatalf("Create with the Pod refused: %v; want the injected Transient failure", err)
+	}
+	// A Pod removed by hand: its ConfigMap and Service stay.
+	vanished := req("vanished", "uid-vanished")
+	if _, err := p.Create(ctx, vanished); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.CoreV1().Pods(ns).Delete(context.Background(), vanished.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the vanished Pod gone", func() bool { return !exists(t, cs, "pod", ns, vanished.Name) })
+	// Live.
+	live := req("live", "uid-live")
+	liveInst, err := p.Create(ctx, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its Pod lost our marks (a human edited them): not ours, but it may
+	// still mount the ConfigMap, so its instance is not gone.
+	stripped := req("stripped", "uid-stripped")
+	if _, err := p.Create(ctx, stripped); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := cs.CoreV1().Pods(ns).Get(context.Background(), stripped.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Labels = map[string]string{"owner": "a-human"}
+	if _, err := cs.CoreV1().Pods(ns).Update(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Another installation's crash: never listed.
+	other := bounded(newAPIProvider(t, "secondary-other", Config{Namespace: ns}, nil))
+	otherCrash := req("other", "uid-other")
+	otherRaw := provider.Unwrap(other).(*Provider)
+	var otherFailed atomic.Bool
+	otherRaw.wireSeam = failPodCreate(&otherFailed)
+	if _, err := other.Create(ctx, otherCrash); err == nil {
+		t.Fatal("the other installation's Create did not fail")
+	}
+
+	list, err := sl.ListSecondary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		req   provider.CreateRequest
+		kinds []string
+		gone  bool
+	}{
+		{crashed, []string{"configmap", "networkpolicy"}, true},
+		{vanished, []string{"configmap", "networkpolicy", "service"}, true},
+		{live, []string{"configmap", "networkpolicy", "service"}, false},
+		{stripped, []string{"configmap", "networkpolicy", "service"}, false},
+	} {
+		got := secondariesOf(list, tc.req.Name)
+		var kinds []string
+		for k, s := range got {
+			kinds = append(kinds, k)
+			want := provider.Marks{Managed: true, UID: tc.req.UID, Installation: installation}
+			if s.Marks != want || s.InstanceGone != tc.gone || s.InstanceID != instanceID(ns, tc.req.Name) ||
+				s.CreatedAt.IsZero() || !strings.HasPrefix(s.ID, k+"/"+ns+"/"+tc.req.Name+"/") {
+				t.Errorf("%s %s: %+v; want marks %+v, InstanceGone %t, InstanceID %s, a CreatedAt and an ID naming it",
+					tc.req.ProxyName, k, s, want, tc.gone, instanceID(ns, tc.req.Name))
+			}
+		}
+		slices.Sort(kinds)
+		if !slices.Equal(kinds, tc.kinds) {
+			t.Errorf("%s: kinds %v listed, want %v", tc.req.ProxyName, kinds, tc.kinds)
+		}
+	}
+	if got := secondariesOf(list, otherCrash.Name); len(got) != 0 {
+		t.Errorf("another installation's objects listed: %+v", got)
+	}
+	if len(list) != 11 {
+		t.Errorf("%d secondaries listed, want 11: %+v", len(list), list)
+	}
+	for _, s := range list {
+		if s.Kind == "pod" {
+			t.Errorf("a Pod listed as a secondary: %+v", s)
+		}
+	}
+
+	// The other installation's listing sees its own crash only, and its
+	// DeleteSecondary leaves ours alone.
+	otherList, err := other.(provider.SecondaryLister).ListSecondary(ctx)
+	if err != nil || len(otherList) != 2 {
+		t.Errorf("the other installation lists %+v, %v; want its crash's ConfigMap and NetworkPolicy", otherList, err)
+	}
+	for _, s := range otherList {
+		if s.Instance != otherCrash.Name {
+			t.Errorf("the other installation lists %+v, not of its own crash %s", s, otherCrash.Name)
+		}
+	}
+	crashedCM := secondariesOf(list, crashed.Name)["configmap"]
+	if err := other.(provider.SecondaryLister).DeleteSecondary(ctx, crashedCM.ID); err != nil {
+		t.Errorf("another installation's DeleteSecondary of ours: %v, want success", err)
+	}
+	if !exists(t, cs, "configmap", ns, crashed.Name) {
+		t.Fatal("another installation deleted our ConfigMap")
+	}
+
+	// DeleteSecondary: exactly the listed object; gone is success.
+	for _, s := range []provider.Secondary{crashedCM, secondariesOf(list, vanished.Name)["configmap"], secondariesOf(list, vanished.Name)["service"]} {
+		if err := sl.DeleteSecondary(ctx, s.ID); err != nil {
+			t.Errorf("DeleteSecondary(%s): %v", s.ID, err)
+		}
+		if exists(t, cs, s.Kind, ns, s.Instance) {
+			t.Errorf("%s still exists after DeleteSecondary", s.ID)
+		}
+		if err := sl.DeleteSecondary(ctx, s.ID); err != nil {
+			t.Errorf("DeleteSecondary(%s) again: %v, want success", s.ID, err)
+		}
+	}
+	// Recreated under the same name (the next Create of the crashed
+	// Proxy): the old ID does not reach the new object.
+	if _, err := p.Create(ctx, crashed); err != nil {
+		t.Fatal(err)
+	}
+	if err := sl.DeleteSecondary(ctx, crashedCM.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(t, cs, "configmap", ns, crashed.Name) {
+		t.Error("a stale secondary ID deleted the recreated ConfigMap")
+	}
+	for _, bad := range []string{"", "configmap", "pod/" + ns + "/" + live.Name + "/u", "secret/" + ns + "/x/u", "configmap/" + ns + "/" + live.Name, liveInst.ID} {
+		err := sl.DeleteSecondary(ctx, bad)
+		var pe *provider.Error
+		if !errors.Is(err, provider.ErrPermanent) || !errors.As(err, &pe) || pe.Provider != testProviderName || pe.Op != provider.OpDeleteSecondary {
+			t.Errorf("DeleteSecondary(%q) = %v; want a Permanent error naming %s and %s", bad, err, testProviderName, provider.OpDeleteSecondary)
+		}
+	}
+	for _, k := range []string{"pod", "configmap", "service"} {
+		if !exists(t, cs, k, ns, live.Name) {
+			t.Errorf("the live instance's %s is gone", k)
+		}
+	}
+}
+
+// TestDeleteRemovesEverySecondaryKind (issue 8, item 2): Delete removes the
+// Pod and every kind ListSecondary lists, so an instance deleted through
+// the contract leaves nothing for the collector.
+func TestDeleteRemovesEverySecondaryKind(t *testing.T) {
+	ns := newNamespace(t, "secondary-delete", nil)
+	p := bounded(newAPIProvider(t, "secondary-delete", Config{Namespace: ns}, nil))
+	ctx := t.Context()
+	inst, err := p.Create(ctx, provider.CreateRequest{Name: provider.InstanceName("team", "web", "uid-web", "s1"),
+		Namespace: "team", ProxyName: "web", UID: "uid-web", Port: 3128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, ok := p.(provider.SecondaryLister)
+	if !ok {
+		t.Fatal("the kubernetes provider is no provider.SecondaryLister")
+	}
+	before, err := sl.ListSecondary(ctx)
+	if err != nil || len(before) != len(secondaryKinds) {
+		t.Fatalf("ListSecondary before Delete = %+v, %v; want one per kind (%d)", before, err, len(secondaryKinds))
+	}
+	if err := p.Delete(ctx, inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	after, err := sl.ListSecondary(ctx)
+	if err != nil || len(after) != 0 {
+		t.Errorf("ListSecondary after Delete = %+v, %v; want nothing", after, err)
+	}
+}
+
+// PlantSecondary makes what a crash between the ConfigMap and the Pod
+// leaves: the instance's ConfigMap with the marks and the instance label,
+// and no Pod. One Create already made is left as it is.
+func (b *apiBackend) PlantSecondary(t *testing.T, instance string, marks provider.Marks) {
+	t.Helper()
+	labels := marks.Labels()
+	labels[labelInstance] = instance
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: instance, Namespace: b.ns, Labels: labels},
+		Data:       map[string]string{confFile: "# planted\n"},
+	}
+	_, err := b.cs.CoreV1().ConfigMaps(b.ns).Create(context.Background(), cm, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("PlantSecondary(%q): %v", instance, err)
+	}
+}
+
+var _ providertest.SecondaryPlanter = (*apiBackend)(nil)
