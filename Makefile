@@ -49,8 +49,8 @@ vet: ## go vet ./...
 	$(GO) vet ./...
 
 .PHONY: install-test-deps
-install-test-deps: ## Install the Debian packages the tests use (squid; root or sudo). SKIP_SQUID_TESTS=1 skips it.
-	@if [ "$${SKIP_SQUID_TESTS:-}" = 1 ]; then echo "SKIP_SQUID_TESTS=1: not installing squid"; else hack/install-test-deps.sh; fi
+install-test-deps: ## Install the Debian packages the tests use (squid, genisoimage, xorriso; root or sudo). SKIP_SQUID_TESTS=1 / SKIP_ISO_TESTS=1 skip them.
+	hack/install-test-deps.sh
 
 .PHONY: envtest-assets
 envtest-assets: ## Build kube-apiserver and etcd for envtest (cached; 10-30 min cold).

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the tests need from Debian beyond Go and the control plane:
-# squid, so that internal/provider/kubernetes proves its generated squid.conf
-# with the real Squid (squid -k parse, and a Squid forwarding on loopback).
+#   squid: internal/provider/kubernetes proves its generated squid.conf with
+#     the real Squid (squid -k parse, and a Squid forwarding on loopback);
+#     SKIP_SQUID_TESTS=1 skips it.
+#   genisoimage (isoinfo) and xorriso: internal/provider/nocloud reads its
+#     seed ISO back with real ISO readers; SKIP_ISO_TESTS=1 skips them.
 # Idempotent: a second run installs nothing. Needs root (or sudo).
 #
 # The tests start their own Squid in a temporary directory, so a system Squid
@@ -13,9 +16,24 @@ if [ "$(id -u)" -ne 0 ]; then
   SUDO="sudo"
 fi
 
-if command -v squid >/dev/null 2>&1; then
-  echo "install-test-deps: squid already installed: $(command -v squid) ($(squid -v | head -n1))"
-else
+# want BINARY PACKAGE SKIP_VARIABLE: install PACKAGE unless BINARY is there
+# or SKIP_VARIABLE=1.
+missing=()
+want() {
+  local bin=$1 pkg=$2 skip=$3
+  if [ "${!skip:-}" = 1 ]; then
+    echo "install-test-deps: $skip=1: not installing $pkg"
+  elif command -v "$bin" >/dev/null 2>&1; then
+    echo "install-test-deps: $pkg already installed: $(command -v "$bin")"
+  else
+    missing+=("$pkg")
+  fi
+}
+want squid squid SKIP_SQUID_TESTS
+want isoinfo genisoimage SKIP_ISO_TESTS
+want xorriso xorriso SKIP_ISO_TESTS
+
+if [ "${#missing[@]}" -gt 0 ]; then
   # policy-rc.d answering 101 keeps the package's maintainer scripts from
   # starting the service during the install (removed again on exit).
   policy=/usr/sbin/policy-rc.d
@@ -29,9 +47,12 @@ else
   trap '[ "$created_policy" = 1 ] && $SUDO rm -f "$policy"' EXIT
   echo "install-test-deps: apt-get update"
   $SUDO apt-get update
-  echo "install-test-deps: apt-get install -y --no-install-recommends squid"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends squid
-  echo "install-test-deps: installed $(command -v squid) ($(squid -v | head -n1))"
+  echo "install-test-deps: apt-get install -y --no-install-recommends ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+  echo "install-test-deps: installed ${missing[*]}"
+fi
+if command -v squid >/dev/null 2>&1; then
+  echo "install-test-deps: $(command -v squid) ($(squid -v | head -n1))"
 fi
 
 # Stop and disable a system Squid service if the package (or an earlier run
