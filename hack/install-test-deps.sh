@@ -4,10 +4,13 @@
 #   prove the generated squid.conf with the real Squid (squid -k parse, and
 #   a Squid forwarding on loopback);
 # - cloud-init, so that internal/provider/squid proves the generated
-#   cloud-config with the real `cloud-init schema`.
+#   cloud-config with the real `cloud-init schema`;
+# - genisoimage (isoinfo) and xorriso, so that internal/provider/nocloud
+#   reads its seed ISO back with real ISO readers.
 # Idempotent: a second run installs nothing. Needs root (or sudo).
-# SKIP_SQUID_TESTS=1 / SKIP_CLOUDINIT_TESTS=1 leave the package out (the
-# tests that need it then skip; without the variable they fail).
+# SKIP_SQUID_TESTS=1 / SKIP_CLOUDINIT_TESTS=1 / SKIP_ISO_TESTS=1 leave the
+# package out (the tests that need it then skip; without the variable they
+# fail).
 #
 # Neither package may run a service here: the tests start their own Squid
 # in a temporary directory (a system Squid would only hold port 3128), and
@@ -54,6 +57,20 @@ elif command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ]; then
 else
   apt_install squid
   echo "install-test-deps: installed /usr/sbin/squid ($(/usr/sbin/squid -v | head -n1))"
+fi
+
+# The ISO readers run no service.
+if [ "${SKIP_ISO_TESTS:-}" = 1 ]; then
+  echo "install-test-deps: SKIP_ISO_TESTS=1: not installing genisoimage and xorriso"
+else
+  for pair in isoinfo:genisoimage xorriso:xorriso; do
+    bin=${pair%%:*} pkg=${pair#*:}
+    if command -v "$bin" >/dev/null 2>&1; then
+      echo "install-test-deps: $pkg already installed: $(command -v "$bin")"
+    else
+      apt_install "$pkg"
+    fi
+  done
 fi
 
 # Stop and disable a system Squid service if the package (or an earlier run
