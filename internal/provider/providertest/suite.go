@@ -30,6 +30,10 @@ var cases = []testCase{
 	{"ErrorsCarryConfiguredName", testErrorsCarryConfiguredName},
 	{"CancelledContextEndsEveryCall", testCancelledContextEndsEveryCall},
 	{"CloudInitNeverLeaks", testCloudInitNeverLeaks},
+	{"SlowCreateReturnsWithinBound", testSlowCreateReturnsWithinBound},
+	{"BackgroundResultReachesNextCall", testBackgroundResultReachesNextCall},
+	{"ResumesAfterRestart", testResumesAfterRestart},
+	{"DeleteCancelsInFlightCreate", testDeleteCancelsInFlightCreate},
 }
 
 // CaseNames lists the suite's subtests, for a provider's test that wants
