@@ -39,7 +39,7 @@ type slowMode struct {
 	mu      sync.Mutex
 	steps   *inflight.Table
 	armed   []*CreateHold
-	live    map[*CreateHold]bool
+	live    map[*CreateHold]string // held steps in flight, by instance name
 	crashed bool
 }
 
@@ -140,6 +140,7 @@ func (p *Provider) Crash() {
 	ctx, cancel := context.WithTimeout(context.Background(), inflight.StopBound)
 	defer cancel()
 	_ = p.slow.table().Close(ctx) // the held steps all honour their ctx
+	p.endHolds(func(string) bool { return true })
 }
 
 // crashedErr is what every call of a crashed provider returns.
@@ -157,9 +158,9 @@ func (p *Provider) releaseHolds() {
 	p.slow.mu.Lock()
 	holds := append([]*CreateHold(nil), p.slow.armed...)
 	for h := range p.slow.live {
-		holds = append(holds, h)
+		holds = append(holds, h) // their Done closes when the table shows the result
 	}
-	p.slow.armed, p.slow.live = nil, nil
+	p.slow.armed = nil
 	p.slow.mu.Unlock()
 	for _, h := range holds {
 		h.Release(nil)
@@ -240,31 +241,38 @@ func (p *Provider) provisioning(name, progress string) provider.Instance {
 func (p *Provider) startHeld(ctx context.Context, req provider.CreateRequest, startGets int, h *CreateHold) (provider.Instance, error) {
 	p.slow.mu.Lock()
 	if p.slow.live == nil {
-		p.slow.live = map[*CreateHold]bool{}
+		p.slow.live = map[*CreateHold]string{}
 	}
-	p.slow.live[h] = true
+	p.slow.live[h] = req.Name
 	p.slow.mu.Unlock()
 	st, err := p.slow.table().Start(ctx, req.Name, h.progress(), func(ctx context.Context, report func(string)) error {
 		return p.runHeld(ctx, req, startGets, h, report)
 	})
 	switch {
 	case err != nil:
+		p.endHold(h)
 		return provider.Instance{}, p.fail(provider.OpCreate, nil, err)
 	case st.Err != nil:
+		p.endHold(h)
 		return provider.Instance{}, p.fail(provider.OpCreate, nil, st.Err)
 	}
+	// Done once the table shows the step's result, not merely once the
+	// step returned, so a test that waits for it sees what a Get would.
+	go func() { <-st.Done; p.endHold(h) }()
 	return p.provisioning(req.Name, st.Progress), nil
+}
+
+// endHold forgets a hold whose step has ended and closes its Done.
+func (p *Provider) endHold(h *CreateHold) {
+	p.slow.mu.Lock()
+	delete(p.slow.live, h)
+	p.slow.mu.Unlock()
+	h.once.end.Do(func() { close(h.done) })
 }
 
 // runHeld is the held step: it waits for Release (or its ctx), then
 // ensures the instance is finished, as an idempotent real step would.
 func (p *Provider) runHeld(ctx context.Context, req provider.CreateRequest, startGets int, h *CreateHold, report func(string)) error {
-	defer func() {
-		p.slow.mu.Lock()
-		delete(p.slow.live, h)
-		p.slow.mu.Unlock()
-		h.once.end.Do(func() { close(h.done) })
-	}()
 	h.mu.Lock()
 	// What Progress said before the step began counts too; under h.mu, so
 	// a later Progress is never overwritten by an earlier detail.
@@ -299,7 +307,25 @@ func (p *Provider) cancelInFlight(ctx context.Context, name string) error {
 	if err := p.slow.table().Cancel(ctx, name); err != nil {
 		return p.fail(provider.OpDelete, nil, err)
 	}
+	p.endHolds(func(n string) bool { return n == name })
 	return nil
+}
+
+// endHolds ends, at once, the live holds of the names match accepts, whose
+// steps the table has stopped: their Done is closed by the time Delete or
+// Crash returns.
+func (p *Provider) endHolds(match func(name string) bool) {
+	p.slow.mu.Lock()
+	var ended []*CreateHold
+	for h, name := range p.slow.live {
+		if match(name) {
+			ended = append(ended, h)
+		}
+	}
+	p.slow.mu.Unlock()
+	for _, h := range ended {
+		p.endHold(h)
+	}
 }
 
 // finishCreate is the held step's backend half: it ensures the instance

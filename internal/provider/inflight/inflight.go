@@ -54,6 +54,10 @@ type Status struct {
 	Progress string
 	// Since is when the running step started.
 	Since time.Time
+	// Done, for a running step, is closed once it has ended and its result
+	// is what Poll reports (for a provider's Close, and for tests that wait
+	// for a step instead of polling).
+	Done <-chan struct{}
 	// Err is the failure of a step that ended, a *provider.Error with its
 	// class. It is handed over once: the Status that carries it is the last
 	// to see it.
@@ -175,7 +179,7 @@ func (t *Table) statusLocked(name string, e *entry) Status {
 		delete(t.steps, name)
 		return Status{Err: e.err}
 	default:
-		return Status{Running: true, Progress: e.progress, Since: e.since}
+		return Status{Running: true, Progress: e.progress, Since: e.since, Done: e.done}
 	}
 }
 

@@ -32,9 +32,11 @@ type Hold struct {
 	// progress, and the suite expects Get to show exactly that. Nil for a
 	// backend whose progress text cannot be scripted (a real download).
 	Progress func(detail string)
-	// Done, when set, is closed once the held step has ended (succeeded,
-	// failed or been cancelled), so the suite can wait for it instead of
-	// polling. Without it the cases that need to know are skipped.
+	// Done, when set, is closed once the held step has ended: by the time
+	// the call that stopped it (Delete, Restart) returns, and, for a step
+	// released to succeed or fail, once the next Create or Get would report
+	// its result. The suite waits for it instead of polling; without it the
+	// checks that need it are skipped.
 	Done <-chan struct{}
 }
 
