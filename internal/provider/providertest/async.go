@@ -205,6 +205,7 @@ func testSlowCreateReturnsWithinBound(t *testing.T, h Harness) {
 // once (after it the reconciler can go on: the next Create resumes), and a
 // success makes Get report Running. Needs a Slow backend.
 func testBackgroundResultReachesNextCall(t *testing.T, h Harness) {
+	newEnv(t, h).slow() // skips every subtest at once
 	for _, class := range []error{provider.ErrTransient, provider.ErrPermanent, provider.ErrQuotaExceeded} {
 		for _, next := range []string{provider.OpGet, provider.OpCreate} {
 			t.Run("fails/"+className(class)+"/next "+next, func(t *testing.T) {
