@@ -51,7 +51,11 @@ func (h *held) step(ctx context.Context, report func(string)) error {
 // say sends a progress detail and waits until the table shows it.
 func (h *held) say(t *testing.T, tb *Table, name, detail string) {
 	t.Helper()
-	h.progress <- detail
+	select {
+	case h.progress <- detail:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the step did not take progress %q: it is no longer running", detail)
+	}
 	testenv.Eventually(t, "progress "+detail, func() bool { return tb.Poll(name).Progress == detail })
 }
 
