@@ -13,21 +13,39 @@ import (
 // decorators (spans, metrics) wrap exactly four methods.
 //
 // Every method honours ctx: when it is cancelled the call returns promptly
-// with an error whose class is Transient.
+// with an error whose class is Transient. No method holds its caller longer
+// than CallBound while the backend answers: work that takes longer runs in
+// the provider, keyed by instance name (internal/provider/inflight), and is
+// reported through Create and Get. The provider keeps nothing that a
+// restart may not lose: what it needs to go on is in the backend.
 type Provider interface {
 	// Create makes the instance named req.Name, or adopts it when it already
 	// exists and carries this installation's mark with req.UID (an instance
 	// with another UID, or with no mark, is ErrPermanent). A Stopped instance
-	// that is adopted is started again. Create may return as soon as the
-	// backend accepted the request (the instance then reads Provisioning) or
-	// block until the instance runs; it is idempotent either way.
+	// that is adopted is started again, and an unfinished one (a create that
+	// a restart or a failed step interrupted) is resumed from what the
+	// backend shows. Create returns within CallBound: once the instance
+	// runs, or once the backend accepted it, or with the slow steps still
+	// running in the provider; then the instance reads Provisioning with
+	// Progress, and a second Create joins the steps in flight. A step that
+	// failed is the next Create's (or Get's) error, with its class, once.
+	// Create is idempotent by name, and so is every step, so a crash at any
+	// point neither duplicates nor leaks.
 	Create(ctx context.Context, req CreateRequest) (Instance, error)
 	// Get reads the instance by the ID Create returned. An instance that is
-	// gone, or that no longer carries our mark, is ErrNotFound.
+	// gone, or that no longer carries our mark, is ErrNotFound. While a
+	// step of its create runs, Get reports Provisioning with the step's
+	// Progress (even before the backend shows the instance); a step that
+	// failed is Get's error, with its class, once. An unfinished instance
+	// that no step is advancing (after a restart, or after the failure was
+	// reported) reads Stopped, so that the reconciler calls Create, which
+	// resumes it.
 	Get(ctx context.Context, id string) (Instance, error)
-	// Delete removes the instance and its secondary resources. Deleting
-	// something already gone succeeds. Delete may return before the backend
-	// finished; the caller then polls Get until ErrNotFound.
+	// Delete removes the instance and its secondary resources. It first
+	// cancels the steps of the instance's create in flight and waits for
+	// them to stop (bounded), so that none re-creates what it removes.
+	// Deleting something already gone succeeds. Delete may return before
+	// the backend finished; the caller then polls Get until ErrNotFound.
 	Delete(ctx context.Context, id string) error
 	// ListByTag returns every instance carrying the managed mark and this
 	// installation's identity. Only ID, UID and CreatedAt need be set: the
@@ -52,7 +70,8 @@ const (
 	// StateRunning: the instance serves and IP is set.
 	StateRunning State = "Running"
 	// StateStopped: the instance exists and can be started again; Create
-	// adopts and starts it.
+	// adopts and starts it. An instance whose create was interrupted and
+	// that nothing advances reads Stopped too: Create resumes it.
 	StateStopped State = "Stopped"
 	// StateTerminated: the instance ended for good but is still recorded by
 	// the backend (a Pod that failed, a VM terminated); it must be deleted
@@ -77,8 +96,10 @@ type Instance struct {
 	Host string
 	// Progress, for a Provisioning instance, says in a few words what the
 	// backend is doing ("downloading image debian-12: 212/400 MiB", "clone
-	// task running"). The reconciler shows it in the Ready condition's
-	// message. It never holds a secret.
+	// task running"); for a Stopped one whose create was interrupted, that
+	// Create resumes it. The reconciler shows it in the Ready condition's
+	// message. It never holds a secret, and stays short (the in-flight
+	// table clips it to inflight.MaxProgress bytes).
 	Progress string
 	// CreatedAt is when the backend made the instance; the zero time means
 	// "age unknown", and the garbage collector never treats that as old.

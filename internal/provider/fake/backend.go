@@ -46,6 +46,8 @@ type instance struct {
 	pendingGets int
 	// deletingGets is how many more Gets see a Deleting instance.
 	deletingGets int
+	// createPending: a held create step (HoldCreate) has not finished it.
+	createPending bool
 }
 
 // Backend is the in-memory world the fake providers share: instances by
@@ -105,7 +107,7 @@ func (b *Backend) SetState(name string, state provider.State) bool {
 	if !ok {
 		return false
 	}
-	in.State, in.starting, in.pendingGets = state, false, 0
+	in.State, in.starting, in.pendingGets, in.createPending = state, false, 0, false
 	if state == provider.StateRunning && in.IP == "" {
 		in.IP, _ = b.freeIPLocked()
 	}
@@ -183,6 +185,11 @@ func (in *instance) view() provider.Instance {
 	}
 	if in.State == provider.StateRunning {
 		inst.IP = in.IP
+	}
+	if in.createPending {
+		// Unfinished, and no step of this provider advancing it (Get asks
+		// the in-flight table first): Create resumes it.
+		inst.State, inst.IP, inst.Progress = provider.StateStopped, "", interruptedProgress
 	}
 	return inst
 }

@@ -49,6 +49,8 @@ type Provider struct {
 	calls            map[string]int
 	createRequests   []provider.CreateRequest
 	secondary        secondaryRecords
+
+	slow slowMode // HoldCreate, Crash: slow.go
 }
 
 var (
@@ -198,9 +200,11 @@ func (p *Provider) CreateRequests() []provider.CreateRequest {
 	return out
 }
 
-// Reset clears every knob and record and releases every Block. The
+// Reset clears every knob and record and releases every Block and every
+// HoldCreate (the held steps then finish their instances). The
 // backend's instances stay: they are the world, not the provider's script.
 func (p *Provider) Reset() {
+	p.releaseHolds()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, g := range p.gates {

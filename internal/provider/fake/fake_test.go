@@ -72,7 +72,7 @@ func harness(configure func(p *fake.Provider)) providertest.Harness {
 		New: func(_ *testing.T, installation string) (provider.Provider, providertest.Backend) {
 			p := fake.New(providerName, fake.NewBackend(), provider.Options{InstallationID: installation})
 			configure(p)
-			return p, hook{p}
+			return p, withSlow(hook{p}, installation, configure) // slow_test.go
 		},
 		Request: func(_ *testing.T, proxyName, uid string) provider.CreateRequest { return request(proxyName, uid) },
 	}

@@ -21,6 +21,9 @@ func (p *Provider) enter(ctx context.Context, op string) error {
 	p.calls[op]++
 	g := p.gates[op]
 	p.mu.Unlock()
+	if err := p.crashedErr(op); err != nil {
+		return err
+	}
 	if g != nil {
 		select {
 		case <-g.ch:
@@ -78,20 +81,40 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 		return provider.Instance{}, p.fail(provider.OpCreate, provider.ErrPermanent, errors.New("request has no UID"))
 	}
 
+	unlock, err := p.lockName(ctx, provider.OpCreate, req.Name)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	defer unlock()
+	if inst, done, err := p.createInFlight(req); done {
+		return inst, err
+	}
+
 	p.mu.Lock()
 	startGets := p.provisioningGets
 	p.mu.Unlock()
-	inst, adopted, err := p.backend.create(req, p.installation, startGets)
+	hold := p.takeHold(req)
+	inst, adopted, pending, err := p.backend.create(req, p.installation, startGets, hold != nil)
+	if hold != nil && (err != nil || !pending) {
+		p.rearm(hold) // no step to hold
+	}
 	if err != nil {
 		log.V(1).Info("fake create refused", "error", err.Error())
 		return provider.Instance{}, p.fail(provider.OpCreate, nil, err)
+	}
+	if pending {
+		log.V(1).Info("fake create step started", "adopted", adopted, "cloudInitBytes", req.CloudInit.Len())
+		return p.startHeld(ctx, req, startGets, hold)
 	}
 	log.V(1).Info("fake instance ensured", "adopted", adopted, "state", inst.State, "cloudInitBytes", req.CloudInit.Len())
 	return inst, nil
 }
 
-// create is Create's backend half, atomic under the backend's lock.
-func (b *Backend) create(req provider.CreateRequest, installation string, startGets int) (provider.Instance, bool, error) {
+// create is Create's backend half, atomic under the backend's lock. held
+// says a HoldCreate waits for this Create: a new instance is then made
+// unfinished, and pending says a step must finish it; without a hold an
+// unfinished instance is finished at once.
+func (b *Backend) create(req provider.CreateRequest, installation string, startGets int, held bool) (inst provider.Instance, adopted, pending bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if in, ok := b.instances[req.Name]; ok {
@@ -100,22 +123,31 @@ func (b *Backend) create(req provider.CreateRequest, installation string, startG
 			verdict = provider.CheckAdoption(*in.Marks, installation, req.UID)
 		}
 		if err := provider.AdoptionError(verdict, req.Name); err != nil {
-			return provider.Instance{}, false, err
+			return provider.Instance{}, false, false, err
 		}
 		if in.Deleting {
-			return provider.Instance{}, false, provider.Errorf(provider.ErrTransient, "instance %q is being deleted", req.Name)
+			return provider.Instance{}, false, false, provider.Errorf(provider.ErrTransient, "instance %q is being deleted", req.Name)
 		}
 		if in.Marks.UID == "" {
 			in.Marks.UID = req.UID
 		}
+		if in.createPending {
+			if held {
+				return in.view(), true, true, nil
+			}
+			// Resumed with nothing slow left: finished now.
+			in.createPending = false
+			in.start(startGets)
+			return in.view(), true, false, nil
+		}
 		if in.State == provider.StateStopped {
 			in.start(startGets)
 		}
-		return in.view(), true, nil
+		return in.view(), true, false, nil
 	}
 	ip, ok := b.freeIPLocked()
 	if !ok {
-		return provider.Instance{}, false, provider.Errorf(provider.ErrQuotaExceeded, "no free address in %s/24", ipPool)
+		return provider.Instance{}, false, false, provider.Errorf(provider.ErrQuotaExceeded, "no free address in %s/24", ipPool)
 	}
 	in := &instance{Record: Record{
 		Name:      req.Name,
@@ -123,9 +155,14 @@ func (b *Backend) create(req provider.CreateRequest, installation string, startG
 		IP:        ip,
 		CreatedAt: b.now(),
 	}}
+	if held {
+		in.State, in.createPending = provider.StateProvisioning, true
+		b.instances[req.Name] = in
+		return in.view(), false, true, nil
+	}
 	in.start(startGets)
 	b.instances[req.Name] = in
-	return in.view(), false, nil
+	return in.view(), false, false, nil
 }
 
 // start begins a (re)start: Running at once, or after n Gets of
@@ -150,6 +187,9 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 	name, err := parseID(id)
 	if err != nil {
 		return provider.Instance{}, p.fail(provider.OpGet, nil, err)
+	}
+	if inst, done, err := p.getInFlight(name); done {
+		return inst, err
 	}
 	inst, err := p.backend.get(name, p.installation)
 	if err != nil {
@@ -192,6 +232,14 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	name, err := parseID(id)
 	if err != nil {
 		return p.fail(provider.OpDelete, nil, err)
+	}
+	unlock, err := p.lockName(ctx, provider.OpDelete, name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := p.cancelInFlight(ctx, name); err != nil {
+		return err
 	}
 	p.mu.Lock()
 	early := p.deletingGets

@@ -32,6 +32,11 @@ func TestConformance(t *testing.T) {
 			p := newAPIProvider(t, installation, Config{}, nil)
 			b := &apiBackend{cs: cs, ns: conformanceNamespace}
 			p.wireSeam = b.transport
+			b.restart = func() provider.Provider { // a restarted operator: a fresh provider, same API server
+				q := newAPIProvider(t, installation, Config{}, nil)
+				q.wireSeam = b.transport
+				return q
+			}
 			return p, b
 		},
 		Request: func(_ *testing.T, proxyName, uid string) provider.CreateRequest {
@@ -49,15 +54,21 @@ func TestConformance(t *testing.T) {
 // apiBackend acts on the API server behind the provider's back, and sits
 // in the provider's transport to fail or hold its calls.
 type apiBackend struct {
-	cs     clientset.Interface
-	ns     string
-	faults providertest.Faults
+	cs      clientset.Interface
+	ns      string
+	faults  providertest.Faults
+	restart func() provider.Provider
 }
 
 var (
 	_ providertest.Backend   = (*apiBackend)(nil)
 	_ providertest.Inspector = (*apiBackend)(nil)
+	_ providertest.Restarter = (*apiBackend)(nil)
 )
+
+// Restart: the provider keeps nothing in memory, so there is nothing to
+// stop.
+func (b *apiBackend) Restart(*testing.T) provider.Provider { return b.restart() }
 
 // transport is the provider's wire seam: a queued failure answers the next
 // request of its operation the way the API server would, a hold keeps it

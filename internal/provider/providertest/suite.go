@@ -31,6 +31,10 @@ var cases = []testCase{
 	{"CancelledContextEndsEveryCall", testCancelledContextEndsEveryCall},
 	{"CloudInitNeverLeaks", testCloudInitNeverLeaks},
 	{"SecondaryWithoutInstanceIsCollectable", testSecondaryWithoutInstanceIsCollectable},
+	{"SlowCreateReturnsWithinBound", testSlowCreateReturnsWithinBound},
+	{"BackgroundResultReachesNextCall", testBackgroundResultReachesNextCall},
+	{"ResumesAfterRestart", testResumesAfterRestart},
+	{"DeleteCancelsInFlightCreate", testDeleteCancelsInFlightCreate},
 }
 
 // CaseNames lists the suite's subtests, for a provider's test that wants

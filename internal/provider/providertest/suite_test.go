@@ -135,8 +135,7 @@ func TestMutant(t *testing.T) {
 		providertest.Run(t, providertest.Harness{
 			Name: "mutant",
 			New: func(_ *testing.T, installation string) (provider.Provider, providertest.Backend) {
-				p := fake.New("mutant", fake.NewBackend(), provider.Options{InstallationID: installation})
-				return &mutant{Provider: p, mode: mode, installation: installation}, hook{p}
+				return newMutantWorld(mode, installation) // async_test.go: with holds and restarts
 			},
 			Request: func(_ *testing.T, proxyName, uid string) provider.CreateRequest {
 				return provider.CreateRequest{ProxyName: proxyName, UID: uid, Port: 3128}
