@@ -75,7 +75,11 @@ type ProxyReconciler struct {
 
 // Defaults for the reconciler's knobs; main exposes them as flags.
 const (
-	DefaultCallTimeout   = 15 * time.Minute
+	// DefaultCallTimeout is the safety net against a backend that hangs
+	// without answering: a conforming provider returns within
+	// provider.CallBound (10 s), and a GC listing of a large backend within
+	// a few pages.
+	DefaultCallTimeout   = time.Minute
 	DefaultRunningResync = 2 * time.Minute
 	DefaultProgressEvery = 10 * time.Second
 )
@@ -232,10 +236,22 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		}
 		return ctrl.Result{RequeueAfter: jitter(r.RunningResync)}
 	case provider.StateStopped:
-		// Create adopts and starts a stopped instance.
-		r.report(px, egressv1.ReasonInstanceStopped, fmt.Sprintf("instance %s stopped; starting it again", inst.ID))
-		if _, err := r.create(ctx, entry, px, req); err != nil {
+		// Create adopts and starts a stopped instance, and resumes an
+		// unfinished one (a create a restart interrupted: Stopped with the
+		// Progress it had reached), which is no stop to warn about.
+		if inst.Progress == "" {
+			r.report(px, egressv1.ReasonInstanceStopped, fmt.Sprintf("instance %s stopped; starting it again", inst.ID))
+		}
+		started, err := r.create(ctx, entry, px, req)
+		if err != nil {
 			return r.failed(ctx, entry, px, req, err)
+		}
+		if started.State == provider.StateRunning && started.IP != "" {
+			r.running(px, started)
+			return ctrl.Result{RequeueAfter: jitter(r.RunningResync)}
+		}
+		if inst.Progress != "" || started.Progress != "" {
+			r.provisioning(px, started, "resuming")
 		}
 		return ctrl.Result{RequeueAfter: entry.PollInterval}
 	case provider.StateTerminated:
@@ -247,7 +263,14 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		}
 		return ctrl.Result{RequeueAfter: entry.PollInterval}
 	}
-	note := fmt.Sprintf("instance %s is %s", inst.ID, describeState(inst.State))
+	r.provisioning(px, inst, describeState(inst.State))
+	return ctrl.Result{RequeueAfter: entry.PollInterval}
+}
+
+// provisioning records an instance that does not serve yet, with what its
+// provider says it is doing.
+func (r *ProxyReconciler) provisioning(px *egressv1.Proxy, inst provider.Instance, doing string) {
+	note := fmt.Sprintf("instance %s is %s", inst.ID, doing)
 	if inst.Progress != "" {
 		note += ": " + inst.Progress
 	}
@@ -255,7 +278,6 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 	if !r.replacing(px) {
 		px.Status.Phase = egressv1.PhaseProvisioning
 	}
-	return ctrl.Result{RequeueAfter: entry.PollInterval}
 }
 
 // observe reads the recorded instances before anything is planned, so that

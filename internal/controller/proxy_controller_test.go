@@ -77,11 +77,24 @@ func TestStoppedInstanceIsStartedAgain(t *testing.T) {
 	px := d.reconcileUntil("web", 3, "Ready", hasReason("True/Running"))
 
 	fp.SetState(px.Status.InstanceName, provider.StateStopped)
+	d.events()
 	d.reconcile("web")
-	if got := readyReason(d.get("web")); got != "False/InstanceStopped" {
+	// The fake starts it within the Create: Ready again in the same pass,
+	// with the stop reported as a Warning event.
+	if got := readyReason(d.get("web")); got != "True/Running" {
 		t.Fatalf("after stop: Ready %s", got)
 	}
-	d.reconcileUntil("web", 3, "Ready again", hasReason("True/Running"))
+	if evs := d.events(); !containsAny(evs, "Warning "+egressv1.ReasonInstanceStopped) {
+		t.Errorf("no InstanceStopped warning: %q", evs)
+	}
+	// A provider whose start takes polls shows InstanceStopped meanwhile.
+	fp.SetProvisioningGets(2)
+	fp.SetState(px.Status.InstanceName, provider.StateStopped)
+	d.reconcile("web")
+	if got := readyReason(d.get("web")); got != "False/InstanceStopped" {
+		t.Fatalf("after a stop with a slow start: Ready %s", got)
+	}
+	d.reconcileUntil("web", 4, "Ready again", hasReason("True/Running"))
 	if rec, _ := fp.Backend().Lookup(px.Status.InstanceName); rec.State != provider.StateRunning {
 		t.Errorf("backend state %s", rec.State)
 	}

@@ -29,7 +29,8 @@ var (
 
 	// ProviderCallDuration is the latency of every provider call. The
 	// buckets span an in-process create (milliseconds) to a VM create that
-	// blocks until boot (up to the 15 min call timeout).
+	// waits for a remote backend (provider.CallBound, 10 s; the call
+	// timeout, 1 min, past that).
 	ProviderCallDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "egress_proxy_provider_call_duration_seconds",
 		Help:    "Duration of provider calls, by configured provider, type, operation and error class (none on success).",

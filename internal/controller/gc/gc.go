@@ -28,7 +28,7 @@ const (
 	// DefaultCallTimeout bounds one ListByTag, Delete, ListSecondary or
 	// DeleteSecondary, like the reconciler's provider call timeout: a hung
 	// backend holds only its own provider's pass.
-	DefaultCallTimeout = 15 * time.Minute
+	DefaultCallTimeout = time.Minute
 )
 
 // Providers is what the collector needs of the registry: the configured

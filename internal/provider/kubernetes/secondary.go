@@ -99,7 +99,9 @@ var secondaryKinds = []objectKind{
 		func(c clientset.Interface, ns string) typedClient[networkingv1.NetworkPolicy, networkingv1.NetworkPolicyList] {
 			return c.NetworkingV1().NetworkPolicies(ns)
 		},
-		func(l *networkingv1.NetworkPolicyList) ([]networkingv1.NetworkPolicy, string) { return l.Items, l.Continue }),
+		func(l *networkingv1.NetworkPolicyList) ([]networkingv1.NetworkPolicy, string) {
+			return l.Items, l.Continue
+		}),
 }
 
 func secondaryKind(kind string) (objectKind, bool) {
