@@ -18,8 +18,10 @@ LV_SSH_PORT=${LIBVIRT_TEST_SSH_PORT:-2222}
 LV_POOL=${LIBVIRT_TEST_POOL:-egress-test}
 LV_BRIDGE=${LIBVIRT_TEST_BRIDGE:-eplvbr0}
 
-# The guest image cache, outside the work tree and kept across up/down.
+# Caches outside the work tree, kept across up and down: the guest image
+# (build-guest.sh) and QEMU's capabilities as libvirtd probed them (up.sh).
 LV_CACHE=${LIBVIRT_GUEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies-operator/libvirt-guest}
+LV_CAPS_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies-operator/libvirt-test/qemu-capabilities
 
 log() { printf '%s [%s] %s\n' "$(date -u +%H:%M:%S)" "${0##*/}" "$*" >&2; }
 die() { log "error: $*"; exit 1; }

@@ -132,6 +132,7 @@ install -d -m 0755 "$lv/lib"
 install -d -m 0711 "$lv/lib/images" "$lv/lib/boot"
 install -d -m 0751 -o libvirt-qemu -g libvirt-qemu "$lv/lib/qemu"
 install -d -m 0711 "$lv/cache/qemu"
+install -d -m 0755 "$lv/cache/qemu/capabilities"
 install -d -m 0755 "$lv/log/qemu"
 # The mount point for the private /run/libvirt; the host has none when no
 # system libvirtd ever ran. Left in place on down (an empty directory).
@@ -139,6 +140,12 @@ if [ ! -d /run/libvirt ]; then
 	mkdir -p /run/libvirt
 fi
 
+# QEMU's capabilities, probed by libvirtd at its first start (about 9 s),
+# are kept between hosts; libvirtd probes again when QEMU or libvirt
+# changed. Copied in and out, so two hosts never write the same files.
+if [ -d "$LV_CAPS_CACHE" ]; then
+	cp -a "$LV_CAPS_CACHE/." "$lv/cache/qemu/capabilities/"
+fi
 log "starting libvirtd in namespace $LV_NETNS"
 in_ns unshare --mount --propagation private sh -euc '
 	lv=$1; run=$2
@@ -154,6 +161,8 @@ for i in $(seq 1 150); do
 	sleep 0.2
 done
 virsh_ns version >/dev/null || die "libvirtd did not answer on $run/libvirt-sock (log: $logdir/libvirtd.log)"
+mkdir -p "$LV_CAPS_CACHE"
+cp -a "$lv/cache/qemu/capabilities/." "$LV_CAPS_CACHE/"
 if [ -n "$(virsh_ns net-list --all --name)" ]; then
 	die "the test libvirtd has networks, it must have none: $(virsh_ns net-list --all --name | tr '\n' ' ')"
 fi
