@@ -12,6 +12,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 need_root
+cd "$here/../.."
 pkgs=${PKG:-./hack/libvirt/smoke}
 
 dump_logs() {
