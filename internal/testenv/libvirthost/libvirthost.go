@@ -191,7 +191,56 @@ func Require(t testing.TB) *Host {
 	if h == nil {
 		t.Skip(skip)
 	}
+	if err := Contained(); err != nil {
+		t.Fatalf("libvirt test host %s: %v", h.Name, err)
+	}
 	return h
+}
+
+// Contained checks, without sending anything, that this process's network
+// namespace has no way out: no IPv4 route, no IPv6 route but the kernel's
+// reject entries, and no address but loopback ones.
+func Contained() error {
+	route4, err := os.ReadFile("/proc/net/route")
+	if err != nil {
+		return err
+	}
+	route6, err := os.ReadFile("/proc/net/ipv6_route")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) { // no IPv6 at all
+		return err
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return err
+	}
+	return contained(route4, route6, addrs)
+}
+
+// rtfReject is RTF_REJECT (linux/route.h): an entry that refuses.
+const rtfReject = 0x0200
+
+func contained(route4, route6 []byte, addrs []net.Addr) error {
+	lines := strings.Split(strings.TrimSpace(string(route4)), "\n")
+	if len(lines) > 1 { // the first is the header
+		return fmt.Errorf("the network namespace is not contained: it has IPv4 routes:\n%s", strings.Join(lines[1:], "\n"))
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(route6)), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 10 {
+			continue
+		}
+		var flags uint64
+		if _, err := fmt.Sscanf(f[8], "%x", &flags); err != nil || flags&rtfReject == 0 {
+			return fmt.Errorf("the network namespace is not contained: it has an IPv6 route: %s", l)
+		}
+	}
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok || !ipn.IP.IsLoopback() {
+			return fmt.Errorf("the network namespace is not contained: it has the address %s", a)
+		}
+	}
+	return nil
 }
 
 // Guest is build-guest.sh's image: a Debian 12 disk with cloud-init, the

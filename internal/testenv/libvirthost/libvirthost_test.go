@@ -1,6 +1,7 @@
 package libvirthost
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,5 +121,33 @@ func TestInNamespace(t *testing.T) {
 	}
 	if _, err := InNamespace("egress-no-such-namespace"); err == nil {
 		t.Fatal("InNamespace of a namespace that does not exist: no error")
+	}
+}
+
+func TestContained(t *testing.T) {
+	const header = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+	// The kernel's unreachable entries on lo, as in a namespace with IPv6 off.
+	const reject6 = "00000000000000000000000000000000 00 00000000000000000000000000000000 00 00000000000000000000000000000000 ffffffff 00000001 00000000 00200200       lo\n"
+	loopback := []net.Addr{&net.IPNet{IP: net.ParseIP("127.0.0.1"), Mask: net.CIDRMask(8, 32)}}
+	for name, tc := range map[string]struct {
+		route4, route6 string
+		addrs          []net.Addr
+		want           string
+	}{
+		"loopback only":     {header, reject6, loopback, ""},
+		"no ipv6 at all":    {header, "", loopback, ""},
+		"an ipv4 route":     {header + "eth0\t00000000\t0102000A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n", reject6, loopback, "IPv4 routes"},
+		"an ipv6 route":     {header, reject6 + "00000000000000000000000000000000 00 00000000000000000000000000000000 00 fe800000000000000000000000000001 00000400 00000001 00000000 00000003     eth0\n", loopback, "IPv6 route"},
+		"a non-loopback ip": {header, reject6, append(loopback, &net.IPNet{IP: net.ParseIP("198.51.100.1"), Mask: net.CIDRMask(24, 32)}), "198.51.100.1/24"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := contained([]byte(tc.route4), []byte(tc.route6), tc.addrs)
+			if tc.want == "" && err != nil {
+				t.Fatalf("contained: %v", err)
+			}
+			if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("contained: %v, want an error containing %q", err, tc.want)
+			}
+		})
 	}
 }
