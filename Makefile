@@ -65,6 +65,32 @@ test: manifests generate vet envtest-assets install-test-deps ## Run every test 
 bench: envtest-assets ## Run the benchmarks.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./... -run '^$$' -bench . -benchmem
 
+##@ libvirt test host (hack/libvirt; root; not part of `make test` yet)
+
+# The packages test-libvirt runs inside the host, and extra go test flags.
+PKG ?= ./hack/libvirt/smoke
+TESTFLAGS ?=
+
+.PHONY: libvirt-install
+libvirt-install: ## Install libvirtd, QEMU, OpenSSH and the guest build tools from Debian (starts and enables no service).
+	hack/libvirt/install.sh
+
+.PHONY: libvirt-guest
+libvirt-guest: libvirt-install ## Build the Debian 12 test guest (cloud-init, qemu-ga, Squid), cached in ~/.cache/egress-proxies-operator/libvirt-guest.
+	hack/libvirt/build-guest.sh
+
+.PHONY: libvirt-up
+libvirt-up: libvirt-install ## Start the libvirt test host: libvirtd and sshd in a network namespace with no route out.
+	hack/libvirt/up.sh
+
+.PHONY: libvirt-down
+libvirt-down: ## Remove the libvirt test host: guests, daemons, namespace, pool, keys.
+	hack/libvirt/down.sh
+
+.PHONY: test-libvirt
+test-libvirt: libvirt-guest ## Bring the libvirt test host up, run PKG (default ./hack/libvirt/smoke) inside it, tear it down even on failure.
+	PKG="$(PKG)" TESTFLAGS="$(TESTFLAGS)" hack/libvirt/test.sh
+
 ##@ Build
 
 .PHONY: build

@@ -30,6 +30,14 @@ func EventuallyNil(t testing.TB, what string, cond func() error) {
 	poll(t, EventuallyTimeout, what, cond)
 }
 
+// EventuallyNilWithin is EventuallyNil with its own bound, for what is slow
+// by nature on the test machines (a VM booting under emulation takes about
+// a minute). The bound still only stops a hung test.
+func EventuallyNilWithin(t testing.TB, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	poll(t, timeout, what, cond)
+}
+
 func poll(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

@@ -42,3 +42,18 @@ func TestEventuallyNilReportsLastError(t *testing.T) {
 		t.Fatalf("failure message %q does not carry the condition's last error", r.failed)
 	}
 }
+
+func TestEventuallyNilWithinUsesItsBound(t *testing.T) {
+	r := &recorder{TB: t}
+	func() {
+		defer func() {
+			if v := recover(); v != nil && v != r {
+				panic(v)
+			}
+		}()
+		EventuallyNilWithin(r, 20*time.Millisecond, "never", func() error { return errors.New("still broken") })
+	}()
+	if !strings.Contains(r.failed, "not reached within 20ms") {
+		t.Fatalf("failure message %q does not name the given bound", r.failed)
+	}
+}

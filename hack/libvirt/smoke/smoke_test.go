@@ -1,0 +1,435 @@
+// Package smoke proves the libvirt test host (hack/libvirt) works end to
+// end, the way the libvirt provider will use it: go-libvirt over SSH with a
+// pinned host key and a direct-streamlocal channel, the real Debian guest
+// booted from the disk with a NoCloud seed holding the generated Squid
+// cloud-config, the address from the guest agent, a page fetched through
+// the guest's Squid over a loopback port forward, and a refusal.
+//
+// It runs only inside the host's namespace: `make test-libvirt` (or
+// `hack/libvirt/run.sh go test ./hack/libvirt/smoke`); without a host it
+// skips, with one it never does (internal/testenv/libvirthost).
+//
+// Network: every connection this test makes goes to the namespace's
+// loopback (sshd, the port forward, the origin). The guest reaches the
+// origin through QEMU's user-mode network, whose 10.0.2.2 is the
+// namespace's loopback; the namespace has no route out.
+package smoke
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/nocloud"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/libvirthost"
+)
+
+const (
+	// slirpHost is the address under which a guest on QEMU's user-mode
+	// network reaches the loopback of QEMU's (here: the namespace's) host;
+	// connections forwarded into the guest come from it too.
+	slirpHost = "10.0.2.2"
+	squidPort = 3128
+	mac       = "52:54:00:e9:00:01"
+	// monitorHMP is VIR_DOMAIN_QEMU_MONITOR_COMMAND_HMP (libvirt-qemu.h).
+	monitorHMP = 1
+	// bootBound only stops a hung test: the guest needs about a minute
+	// under emulation on an idle machine, more on a busy one.
+	bootBound  = 6 * time.Minute
+	originBody = "hello from the namespace's loopback\n"
+)
+
+func TestLibvirtHostSmoke(t *testing.T) {
+	h := libvirthost.Require(t)
+	guest := h.RequireGuest(t)
+	l := h.Connect(t)
+
+	version, err := l.ConnectGetLibVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostname, err := l.ConnectGetHostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("libvirt %d.%d.%d on %s over ssh %s (pinned known_hosts) and direct-streamlocal to %s; domain type %s",
+		version/1000000, version/1000%1000, version%1000, hostname, h.SSHAddr, h.Socket, h.DomainType)
+
+	pool, err := l.StoragePoolLookupByName(h.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := volumeNames(t, l, pool)
+	name := fmt.Sprintf("smoke-%x", time.Now().UnixNano()&0xffffff)
+
+	// Torn down on every path; the last step checks it left nothing.
+	var dom *libvirt.Domain
+	var vols []libvirt.StorageVol
+	teardown := func() error {
+		var errs []error
+		if dom != nil {
+			if err := l.DomainDestroy(*dom); err != nil && !isLibvirt(err, libvirt.ErrOperationInvalid) {
+				errs = append(errs, fmt.Errorf("destroy: %w", err))
+			}
+			if err := l.DomainUndefineFlags(*dom, libvirt.DomainUndefineNvram|libvirt.DomainUndefineManagedSave|
+				libvirt.DomainUndefineSnapshotsMetadata); err != nil {
+				errs = append(errs, fmt.Errorf("undefine: %w", err))
+			}
+			dom = nil
+		}
+		for i := len(vols) - 1; i >= 0; i-- {
+			if err := l.StorageVolDelete(vols[i], 0); err != nil {
+				errs = append(errs, fmt.Errorf("delete volume %s: %w", vols[i].Name, err))
+			}
+		}
+		vols = nil
+		return errors.Join(errs...)
+	}
+	t.Cleanup(func() {
+		if err := teardown(); err != nil {
+			t.Errorf("teardown: %v", err)
+		}
+	})
+	console := filepath.Join(h.QEMULogDir, name+".console")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("guest console (last lines of %s):\n%s", console, tail(console, 60))
+		}
+	})
+
+	// The disk: the guest image streamed into the pool (as the provider's
+	// image cache does), and a qcow2 overlay on it.
+	start := time.Now()
+	base := uploadFile(t, l, pool, name+"-base.qcow2", "qcow2", guest.Image)
+	vols = append(vols, base)
+	if err := l.StoragePoolRefresh(pool, 0); err != nil { // re-reads the qcow2 header: the virtual size
+		t.Fatal(err)
+	}
+	_, capacity, _, err := l.StorageVolGetInfo(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay, err := l.StorageVolCreateXML(pool, fmt.Sprintf(`<volume><name>%s.qcow2</name><capacity unit='bytes'>%d</capacity>
+  <target><format type='qcow2'/></target>
+  <backingStore><path>%s</path><format type='qcow2'/></backingStore></volume>`, name, capacity, base.Key), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vols = append(vols, overlay)
+	t.Logf("image %s (sha256 %s…) uploaded into pool %s in %.1fs, overlay %s", guest.Image, guest.SHA256[:12], h.Pool,
+		time.Since(start).Seconds(), overlay.Key)
+
+	// The seed: the generated Squid cloud-config admits the forwarded
+	// connections (they come from slirpHost) and lets Squid reach the
+	// origin at slirpHost, which the default policy denies as private.
+	origin, hits := testenv.CountingOrigin(t, "127.0.0.1", originBody, false)
+	originPort := origin.Listener.Addr().(*net.TCPAddr).Port
+	userData, err := squid.UserData(provider.CreateRequest{
+		Name: name, Port: squidPort, AllowedSourceRanges: []string{slirpHost + "/32"},
+	}, (&egress.Settings{AllowedDestinations: []string{slirpHost + "/32"}}).Policy(), squid.FamilyDebian)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iso, err := nocloud.Build(nocloud.Seed{
+		InstanceID: name, LocalHostname: name,
+		UserData: userData, VendorData: nocloud.GuestAgentVendorData,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := uploadBytes(t, l, pool, name+"-seed.iso", iso)
+	vols = append(vols, seed)
+
+	xml := domainXML(name, h.DomainType, h.Pool, overlay.Name, seed.Name, console)
+	applied := time.Now()
+	d, err := l.DomainDefineXML(xml)
+	if err != nil {
+		t.Fatalf("define: %v\n%s", err, xml)
+	}
+	dom = &d
+	if err := l.DomainCreate(d); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	// libvirt 9.0 rejects passt in domain XML, and slirp's <portForward>
+	// needs it: the forward is added through the monitor. QEMU binds it on
+	// the namespace's loopback.
+	fwdPort := testenv.FreePort(t)
+	if _, err := l.QEMUDomainMonitorCommand(d, fmt.Sprintf("hostfwd_add hostnet0 tcp:127.0.0.1:%d-:%d", fwdPort, squidPort), monitorHMP); err != nil {
+		t.Fatalf("hostfwd_add: %v", err)
+	}
+	t.Logf("domain %s defined and started in %.1fs; 127.0.0.1:%d forwards to the guest's :%d",
+		name, time.Since(applied).Seconds(), fwdPort, squidPort)
+
+	testenv.EventuallyNilWithin(t, bootBound, "the guest agent answers guest-ping", func() error {
+		_, err := l.QEMUDomainAgentCommand(d, `{"execute":"guest-ping"}`, 2, 0)
+		return err
+	})
+	toAgent := time.Since(applied)
+	t.Logf("guest agent answers after %.1fs", toAgent.Seconds())
+
+	var addr netip.Addr
+	testenv.EventuallyNilWithin(t, bootBound, "the guest agent reports an IPv4 address on "+mac, func() error {
+		var err error
+		addr, err = agentAddress(l, d, mac)
+		return err
+	})
+	toAddress := time.Since(applied)
+	t.Logf("guest agent reports %s after %.1fs (QEMU's user-mode network; connected to only through the loopback forward)",
+		addr, toAddress.Seconds())
+
+	proxyURL := &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", fmt.Sprint(fwdPort))}
+	client := &http.Client{
+		Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true},
+		Timeout:   10 * time.Second,
+	}
+	target := fmt.Sprintf("http://%s/", net.JoinHostPort(slirpHost, fmt.Sprint(originPort)))
+	testenv.EventuallyNilWithin(t, bootBound, "a 200 from the origin through the guest's Squid", func() error {
+		resp, err := client.Get(target)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK || string(body) != originBody {
+			return fmt.Errorf("%s via %s: %s %q", target, proxyURL, resp.Status, body)
+		}
+		return nil
+	})
+	toProxied := time.Since(applied)
+	t.Logf("GET %s through the guest's Squid (via %s): 200 %q after %.1fs", target, proxyURL, originBody, toProxied.Seconds())
+
+	// A client outside allowedSourceRanges: the guest itself, from its own
+	// address. Squid must answer 403 without fetching: the origin's count
+	// stays where it was.
+	hitsBefore := hits.Load()
+	refusedURL := fmt.Sprintf("http://%s/refused", net.JoinHostPort(slirpHost, fmt.Sprint(originPort)))
+	script := fmt.Sprintf(`exec 3<>/dev/tcp/%s/%d && printf 'GET %s HTTP/1.0\r\n\r\n' >&3 && timeout 10 cat <&3`,
+		addr, squidPort, refusedURL)
+	out := guestExec(t, l, d, "/bin/bash", "-c", script)
+	status, _, _ := strings.Cut(out, "\n")
+	if !strings.Contains(status, " 403 ") || !strings.Contains(out, "ERR_ACCESS_DENIED") {
+		t.Fatalf("GET %s from %s (outside allowedSourceRanges %s/32): want Squid's 403 ERR_ACCESS_DENIED, got:\n%s",
+			refusedURL, addr, slirpHost, out)
+	}
+	if n := hits.Load(); n != hitsBefore {
+		t.Fatalf("the refused request reached the origin: %d requests, %d before it", n, hitsBefore)
+	}
+	t.Logf("GET %s from %s (outside allowedSourceRanges): %s (%s), the origin not reached", refusedURL, addr,
+		strings.TrimSpace(status), "ERR_ACCESS_DENIED")
+
+	t.Logf("TIMINGS apply->agent %.1fs, apply->address %.1fs, apply->first proxied 200 %.1fs",
+		toAgent.Seconds(), toAddress.Seconds(), toProxied.Seconds())
+
+	if err := teardown(); err != nil {
+		t.Fatalf("teardown: %v", err)
+	}
+	after := volumeNames(t, l, pool)
+	if !slices.Equal(after, before) {
+		t.Fatalf("pool %s after teardown holds %v, before the test %v", h.Pool, after, before)
+	}
+	if _, err := l.DomainLookupByName(name); !isLibvirt(err, libvirt.ErrNoDomain) {
+		t.Fatalf("domain %s after teardown: lookup gives %v, want no domain", name, err)
+	}
+	t.Logf("domain undefined; pool %s holds %d volumes, as before the test (%v)", h.Pool, len(after), after)
+}
+
+func domainXML(name, domainType, pool, disk, seed, console string) string {
+	return fmt.Sprintf(`<domain type='%s'>
+  <name>%s</name>
+  <memory unit='MiB'>1024</memory>
+  <vcpu>2</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
+  <features><acpi/><apic/></features>
+  <clock offset='utc'/>
+  <on_poweroff>destroy</on_poweroff><on_reboot>restart</on_reboot><on_crash>destroy</on_crash>
+  <devices>
+    <disk type='volume' device='disk'>
+      <driver name='qemu' type='qcow2' cache='unsafe'/>
+      <source pool='%s' volume='%s'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <disk type='volume' device='cdrom'>
+      <driver name='qemu' type='raw'/>
+      <source pool='%s' volume='%s'/>
+      <target dev='hdc' bus='ide'/>
+      <readonly/>
+    </disk>
+    <interface type='user'>
+      <mac address='%s'/>
+      <model type='virtio'/>
+    </interface>
+    <channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>
+    <serial type='file'><source path='%s'/><target port='0'/></serial>
+    <memballoon model='none'/>
+  </devices>
+</domain>`, domainType, name, pool, disk, pool, seed, mac, console)
+}
+
+// agentAddress is the first IPv4 address, not loopback or link-local, the
+// guest agent reports on the NIC with the MAC.
+func agentAddress(l *libvirt.Libvirt, d libvirt.Domain, mac string) (netip.Addr, error) {
+	ifaces, err := l.DomainInterfaceAddresses(d, uint32(libvirt.DomainInterfaceAddressesSrcAgent), 0)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	var seen []string
+	for _, ifc := range ifaces {
+		hw := ""
+		if len(ifc.Hwaddr) > 0 {
+			hw = ifc.Hwaddr[0]
+		}
+		for _, a := range ifc.Addrs {
+			seen = append(seen, fmt.Sprintf("%s(%s)=%s/%d", ifc.Name, hw, a.Addr, a.Prefix))
+			ip, err := netip.ParseAddr(a.Addr)
+			if err != nil || !strings.EqualFold(hw, mac) || !ip.Is4() || ip.IsLoopback() || ip.IsLinkLocalUnicast() {
+				continue
+			}
+			return ip, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("no IPv4 address on %s yet; the agent reports %v", mac, seen)
+}
+
+// guestExec runs a command in the guest through the agent's guest-exec
+// and returns its stdout.
+func guestExec(t *testing.T, l *libvirt.Libvirt, d libvirt.Domain, path string, args ...string) string {
+	t.Helper()
+	cmd, err := json.Marshal(map[string]any{"execute": "guest-exec", "arguments": map[string]any{
+		"path": path, "arg": args, "capture-output": true,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.QEMUDomainAgentCommand(d, string(cmd), 10, 0)
+	if err != nil || len(res) == 0 {
+		t.Fatalf("guest-exec %s: %v", path, err)
+	}
+	var started struct {
+		Return struct{ PID int } `json:"return"`
+	}
+	if err := json.Unmarshal([]byte(res[0]), &started); err != nil {
+		t.Fatalf("guest-exec answer %q: %v", res[0], err)
+	}
+	var status struct {
+		Return struct {
+			Exited   bool   `json:"exited"`
+			ExitCode int    `json:"exitcode"`
+			OutData  string `json:"out-data"`
+			ErrData  string `json:"err-data"`
+		} `json:"return"`
+	}
+	testenv.EventuallyNil(t, "guest-exec "+path+" exits", func() error {
+		res, err := l.QEMUDomainAgentCommand(d, fmt.Sprintf(`{"execute":"guest-exec-status","arguments":{"pid":%d}}`, started.Return.PID), 10, 0)
+		if err != nil {
+			return err
+		}
+		if len(res) == 0 {
+			return errors.New("empty guest-exec-status answer")
+		}
+		if err := json.Unmarshal([]byte(res[0]), &status); err != nil {
+			return err
+		}
+		if !status.Return.Exited {
+			return errors.New("still running")
+		}
+		return nil
+	})
+	out, err := base64.StdEncoding.DecodeString(status.Return.OutData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status.Return.ExitCode != 0 {
+		errOut, _ := base64.StdEncoding.DecodeString(status.Return.ErrData)
+		t.Fatalf("guest-exec %s %q: exit %d, stdout %q, stderr %q", path, args, status.Return.ExitCode, out, errOut)
+	}
+	return string(out)
+}
+
+func uploadFile(t *testing.T, l *libvirt.Libvirt, pool libvirt.StoragePool, name, format, path string) libvirt.StorageVol {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return upload(t, l, pool, name, format, f, fi.Size())
+}
+
+func uploadBytes(t *testing.T, l *libvirt.Libvirt, pool libvirt.StoragePool, name string, data []byte) libvirt.StorageVol {
+	t.Helper()
+	return upload(t, l, pool, name, "raw", strings.NewReader(string(data)), int64(len(data)))
+}
+
+func upload(t *testing.T, l *libvirt.Libvirt, pool libvirt.StoragePool, name, format string, r io.Reader, size int64) libvirt.StorageVol {
+	t.Helper()
+	vol, err := l.StorageVolCreateXML(pool, fmt.Sprintf(`<volume><name>%s</name><capacity unit='bytes'>%d</capacity>
+  <target><format type='%s'/></target></volume>`, name, size, format), 0)
+	if err != nil {
+		t.Fatalf("create volume %s: %v", name, err)
+	}
+	if err := l.StorageVolUpload(vol, r, 0, uint64(size), 0); err != nil {
+		_ = l.StorageVolDelete(vol, 0)
+		t.Fatalf("upload volume %s: %v", name, err)
+	}
+	return vol
+}
+
+func volumeNames(t *testing.T, l *libvirt.Libvirt, pool libvirt.StoragePool) []string {
+	t.Helper()
+	if err := l.StoragePoolRefresh(pool, 0); err != nil {
+		t.Fatal(err)
+	}
+	vols, _, err := l.StoragePoolListAllVolumes(pool, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, len(vols))
+	for _, v := range vols {
+		names = append(names, v.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func isLibvirt(err error, code libvirt.ErrorNumber) bool {
+	var le libvirt.Error
+	return errors.As(err, &le) && le.Code == uint32(code)
+}
+
+// tail is the file's last n lines, or why it cannot be read.
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
