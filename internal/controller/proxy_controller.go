@@ -133,11 +133,24 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	// The update's own watch event brings the next pass, which then reads a
 	// cache that has caught up: no Create from a stale status.
 	if controllerutil.AddFinalizer(px, Finalizer) {
-		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, px))
+		return r.written(ctx, ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, px)))
 	}
 	before := px.DeepCopy()
 	res := r.reconcileNormal(ctx, px)
-	return res, r.writeStatus(ctx, before, px)
+	return r.written(ctx, res, r.writeStatus(ctx, before, px))
+}
+
+// written turns a status write that lost a race into a quiet requeue: the
+// pass acted on a cache that had not caught up (with our own last write,
+// or a spec change), and the next pass reads a fresher one. Its provider
+// calls are idempotent, and whatever they made that the status now misses
+// is found by the sweeps (see mayHoldUnrecorded and supersedeUnrecorded).
+func (r *ProxyReconciler) written(ctx context.Context, res ctrl.Result, err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) {
+		logr.FromContextOrDiscard(ctx).V(1).Info("status changed since the pass read it; reconciling again")
+		return ctrl.Result{Requeue: true}, nil
+	}
+	return res, err
 }
 
 // reconcileNormal moves the Proxy one step towards a running instance and
@@ -570,7 +583,10 @@ func (r *ProxyReconciler) writeStatus(ctx context.Context, before, px *egressv1.
 	if equality.Semantic.DeepEqual(before.Status, px.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, px, client.MergeFrom(before)); err != nil {
+	// The patch carries the resourceVersion the pass read: a status
+	// computed from a stale cache must not overwrite a newer one (it
+	// would drop the ID of an instance a previous pass recorded).
+	if err := r.Client.Status().Patch(ctx, px, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	return nil

@@ -29,14 +29,11 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, px *egressv1.Prox
 	before := px.DeepCopy()
 	res, done := r.deleteInstances(ctx, px)
 	if !done {
-		return res, r.writeStatus(ctx, before, px)
+		return r.written(ctx, res, r.writeStatus(ctx, before, px))
 	}
 	r.forget(key(px))
 	controllerutil.RemoveFinalizer(px, Finalizer)
-	if err := r.Client.Update(ctx, px); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	return ctrl.Result{}, nil
+	return r.written(ctx, ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, px)))
 }
 
 func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Proxy) (ctrl.Result, bool) {
@@ -71,8 +68,13 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 	if mayHoldUnrecorded(px) {
 		// A Create whose result never reached the status (the operator
 		// killed in between) left an instance nothing records: find it by
-		// the Proxy's UID rather than leave it to the collector's grace.
+		// the Proxy's UID rather than leave it to the collector's grace,
+		// and what such a Create made before its instance (a ConfigMap, a
+		// seed volume), which no instance listing shows.
 		found, err := r.ownedUnrecorded(ctx, entry, px, ids)
+		if err == nil {
+			err = r.deleteOwnedSecondaries(ctx, entry, px, append(ids, found...))
+		}
 		if err != nil {
 			return r.failedDelete(ctx, px, err), false
 		}
@@ -144,6 +146,33 @@ func (r *ProxyReconciler) ownedUnrecorded(ctx context.Context, entry *registry.E
 		logr.FromContextOrDiscard(ctx).Info("found instances of the Proxy that its status did not record; deleting them", "instances", out)
 	}
 	return out, nil
+}
+
+// deleteOwnedSecondaries deletes the secondary resources that carry the
+// Proxy's UID and belong to none of the instances in ids (their Delete
+// takes those with them). A provider without secondary resources costs
+// nothing.
+func (r *ProxyReconciler) deleteOwnedSecondaries(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, ids []string) error {
+	if entry.Secondary == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
+	defer cancel()
+	secs, err := entry.Secondary.ListSecondary(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range secs {
+		if s.Marks.UID != string(px.UID) || slices.Contains(ids, s.InstanceID) {
+			continue
+		}
+		logr.FromContextOrDiscard(ctx).Info("deleting a secondary resource of the Proxy that no recorded instance accounts for",
+			"kind", s.Kind, "id", s.ID, "instance", s.Instance)
+		if err := entry.Secondary.DeleteSecondary(ctx, s.ID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // forgetInstance drops id from wherever rec records it.

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -354,3 +355,88 @@ func (p *formattingProvider) Create(ctx context.Context, req provider.CreateRequ
 }
 
 func clientKey(name string) types.NamespacedName { return types.NamespacedName{Name: name} }
+
+// staleClient serves one Proxy from an old copy, as a cache that has not
+// caught up with the operator's own last status write would.
+type staleClient struct {
+	client.Client
+	stale *egressv1.Proxy
+}
+
+func (c *staleClient) Get(ctx context.Context, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if px, ok := obj.(*egressv1.Proxy); ok && k.Name == c.stale.Name && k.Namespace == c.stale.Namespace {
+		c.stale.DeepCopyInto(px)
+		return nil
+	}
+	return c.Client.Get(ctx, k, obj, opts...)
+}
+
+// Item 4, found by the crash soak (make soak): a pass that reads a Proxy
+// from a stale cache (its status without the instance the previous pass
+// recorded) and acts on it must not overwrite the newer status, which
+// would leave the recorded instance unrecorded and so leak it at deletion.
+func TestStaleCacheStatusNeverDropsARecordedInstance(t *testing.T) {
+	entry, fp := fakeEntry("pool")
+	providers := &staticProviders{entries: map[string]*registry.Entry{"pool": entry}}
+	d := newDirect(t, providers)
+	stale := d.create(newProxy("web", "pool")) // finalizer on, no instance yet
+	d.reconcileUntil("web", 3, "Ready", hasReason("True/Running"))
+	recorded := d.get("web").Status.ProviderID
+	d.updateSpec("web", func(s *egressv1.ProxySpec) { s.Port = 8080 })
+	// The cache still shows the Proxy as it was before its first instance,
+	// but with the new spec.
+	stale.Spec.Port = 8080
+	stale.Generation = d.get("web").Generation
+	lagging := &ProxyReconciler{Client: &staleClient{Client: env.Client, stale: stale}, APIReader: env.Client, Providers: providers,
+		RunningResync: time.Minute}
+	lagging.init()
+	if _, err := lagging.Reconcile(context.Background(), reqFor(d.ns, "web")); err != nil {
+		t.Fatalf("Reconcile on a stale cache: %v", err)
+	}
+	if got := d.get("web").Status.RecordedProviderIDs(); !slices.Contains(got, recorded) {
+		t.Fatalf("a pass on a stale cache overwrote the status: records %v, lost %s", got, recorded)
+	}
+	// The fresh pass takes it from there, finds what the stale pass made,
+	// and the deletion leaves nothing behind.
+	d.reconcileUntil("web", 6, "replaced", func(p *egressv1.Proxy) bool {
+		return readyReason(p) == "True/Running" && strings.HasSuffix(p.Status.Endpoint, ":8080") && len(p.Status.RecordedProviderIDs()) == 1
+	})
+	if err := env.Client.Delete(context.Background(), d.get("web")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 6 && d.get("web") != nil; i++ {
+		d.reconcile("web")
+	}
+	if recs := fp.Backend().Records(); d.get("web") != nil || len(recs) != 0 {
+		t.Fatalf("after deletion: Proxy %v, backend %v", d.get("web") != nil, recs)
+	}
+}
+
+// Item 4, found by the crash soak: the operator died after a Create made
+// a secondary resource (a ConfigMap, a seed volume) but before its
+// instance existed; the Proxy is deleted. The secondary is found by the
+// Proxy's UID and deleted before the finalizer goes.
+func TestDeletionFindsSecondariesOfAnInstanceNeverMade(t *testing.T) {
+	entry, fp := fakeEntry("pool")
+	entry.Secondary = fp
+	d := newDirect(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry}})
+	px := d.create(newProxy("web", "pool"))
+	name := createRequest(px, "").Name
+	fp.Backend().PlantSecondary("seed-iso", name, &provider.Marks{Managed: true, UID: string(px.UID), Installation: testInstallation})
+	other := fp.Backend().PlantSecondary("seed-iso", "proxy-someone-else", &provider.Marks{Managed: true, UID: "uid-other", Installation: testInstallation})
+	if err := env.Client.Delete(context.Background(), px); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4 && d.get("web") != nil; i++ {
+		d.reconcile("web")
+	}
+	if d.get("web") != nil {
+		t.Fatal("the Proxy was not released")
+	}
+	if rec, ok := fp.Backend().LookupSecondary("seed-iso", name); ok {
+		t.Fatalf("the finalizer was released but the Proxy's secondary is still there: %+v", rec)
+	}
+	if _, ok := fp.Backend().LookupSecondary("seed-iso", other.Instance); !ok {
+		t.Error("another Proxy's secondary was deleted")
+	}
+}
