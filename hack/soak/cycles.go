@@ -203,12 +203,19 @@ func proxyReady(px *egressv1.Proxy) bool {
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == px.Generation
 }
 
+// setPort sets the Proxy's port; a negative port moves it that many steps
+// (one or two) through the three ports the soak uses.
 func (s *soak) setPort(ctx context.Context, key types.NamespacedName, port int32) error {
 	px := &egressv1.Proxy{}
 	if err := s.cp.client().Get(ctx, key, px); err != nil {
 		return fmt.Errorf("reading %s: %w", key.Name, err)
 	}
 	before := px.DeepCopy()
+	if port < 0 {
+		// -1 or -2: one or two ports up the three the soak uses, so the
+		// port always changes whatever it is now.
+		port = basePort + (px.Spec.Port-basePort-port)%3
+	}
 	px.Spec.Port = port
 	if err := s.cp.client().Patch(ctx, px, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("changing %s's port: %w", key.Name, err)
@@ -225,7 +232,7 @@ func (s *soak) changeResidents(ctx context.Context) {
 			return
 		}
 		key := types.NamespacedName{Namespace: proxyNamespace, Name: fmt.Sprintf("resident-%d", rng.IntN(s.opts.residents))}
-		if err := s.setPort(ctx, key, basePort+int32(rng.IntN(3))); err != nil {
+		if err := s.setPort(ctx, key, -1-int32(rng.IntN(2))); err != nil {
 			if ctx.Err() == nil {
 				s.out.say("resident: %v", err)
 			}
