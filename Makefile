@@ -2,6 +2,7 @@
 #
 # make demo   run the operator end to end on the embedded local provider
 # make test   build what the tests need and run them all
+# make soak   the crash soak: SIGKILL the operator at random through Proxy cycles
 
 SHELL := /usr/bin/env bash -o pipefail
 .SHELLFLAGS := -ec
@@ -112,6 +113,15 @@ demo: build envtest-kubectl ## Run the operator end to end on the local provider
 demo-check: build envtest-assets ## The demo without a terminal: exit 0 only if a fetch through the proxy worked.
 	$(GO) build -o $(LOCALBIN)/demo ./hack/demo
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/demo --manager $(LOCALBIN)/manager --check
+
+SOAK_CYCLES ?= 100
+SOAK_SEED ?= 0
+SOAK_FLAGS ?=
+
+.PHONY: soak
+soak: build envtest-assets ## Crash soak: Proxy cycles while the operator is SIGKILLed at random; fails on a stuck Proxy, a leaked instance or a duplicate (SOAK_CYCLES=100 SOAK_SEED=0 SOAK_FLAGS=--inject-leak=behind; docs/testing.md).
+	$(GO) build -o $(LOCALBIN)/soak ./hack/soak
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" SOAK_CYCLES=$(SOAK_CYCLES) SOAK_SEED=$(SOAK_SEED) $(LOCALBIN)/soak --manager $(LOCALBIN)/manager $(SOAK_FLAGS)
 
 .PHONY: envtest-kubectl
 envtest-kubectl:

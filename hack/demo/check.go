@@ -8,10 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/childproc"
 )
 
 const (
@@ -150,24 +151,15 @@ func (d *demo) checkNothingLeft() error {
 			_ = syscall.Kill(mgrPID, syscall.SIGKILL) // reported above either way
 		}
 	}
-	procs, err := listProcesses()
-	if errors.Is(err, errNoProcfs) {
+	found, err := childproc.KillLeftovers(d.tmp, mgrPID)
+	if errors.Is(err, childproc.ErrNoProcfs) {
 		d.out.say("no /proc here: only the manager's PID was checked")
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	self := os.Getpid()
-	for _, p := range procs {
-		if p.pid == self {
-			continue
-		}
-		if (mgrPID > 0 && p.pgid == mgrPID) || strings.Contains(p.cmdline, d.tmp) {
-			left = append(left, fmt.Sprintf("pid %d: %s", p.pid, truncate(p.cmdline, 160)))
-			_ = syscall.Kill(p.pid, syscall.SIGKILL) // reported above either way
-		}
-	}
+	left = append(left, found...)
 	if len(left) > 0 {
 		return fmt.Errorf("still running after teardown (now killed): %s", strings.Join(left, "; "))
 	}
@@ -177,11 +169,4 @@ func (d *demo) checkNothingLeft() error {
 		d.out.say("checked: no process refers to %s", d.tmp)
 	}
 	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

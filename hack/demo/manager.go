@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/childproc"
 )
 
 const (
@@ -56,7 +58,7 @@ func (d *demo) startManager(ctx context.Context) error {
 	// One writer for both streams, so exec copies them through one pipe
 	// and their lines keep their order.
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = childProcAttr()
+	cmd.SysProcAttr = childproc.SysProcAttr()
 	// Should the manager leave a child holding its output open, Wait
 	// still returns.
 	cmd.WaitDelay = 5 * time.Second

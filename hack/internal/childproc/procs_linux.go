@@ -1,8 +1,7 @@
-package main
+package childproc
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,29 +9,22 @@ import (
 	"syscall"
 )
 
-// childProcAttr puts the manager in a process group of its own, so a Ctrl-C
-// in the terminal reaches only the demo, which deletes the Proxy while the
-// operator still runs and then stops it; Pdeathsig stops it should the demo
-// itself be killed with no chance to tear down.
-func childProcAttr() *syscall.SysProcAttr {
+// SysProcAttr puts a child in a process group of its own, so a Ctrl-C in
+// the terminal reaches only the parent, which stops the child in order;
+// Pdeathsig stops the child should the parent itself be killed with no
+// chance to tear down.
+func SysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-var errNoProcfs = errors.New("no /proc")
-
-type procInfo struct {
-	pid, pgid int
-	cmdline   string
-}
-
-// listProcesses reads every process's group and command line from /proc.
+// List reads every process's group and command line from /proc.
 // Processes that exit while it reads are skipped.
-func listProcesses() ([]procInfo, error) {
+func List() ([]Info, error) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil, errNoProcfs
+		return nil, ErrNoProcfs
 	}
-	var out []procInfo
+	var out []Info
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -58,7 +50,7 @@ func listProcesses() ([]procInfo, error) {
 		}
 		pgid, _ := strconv.Atoi(fields[2])
 		cmd, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
-		out = append(out, procInfo{pid: pid, pgid: pgid, cmdline: strings.TrimSpace(string(bytes.ReplaceAll(cmd, []byte{0}, []byte{' '})))})
+		out = append(out, Info{PID: pid, PGID: pgid, Cmdline: strings.TrimSpace(string(bytes.ReplaceAll(cmd, []byte{0}, []byte{' '})))})
 	}
 	return out, nil
 }

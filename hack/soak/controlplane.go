@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
+)
+
+const (
+	// proxyNamespace holds the Proxies, backendNamespace the provider's
+	// objects: a fixed namespace, as a deployed entry has, so the objects
+	// carry no OwnerReference (no kube-controller-manager runs here anyway)
+	// and only the operator's own deletes remove them.
+	proxyNamespace   = "soak"
+	backendNamespace = "soak-backend"
+	// entryName is the providers config entry the Proxies name.
+	entryName = "pods"
+	// installationID is the manager's --installation-id, marked on every
+	// instance it makes.
+	installationID = "soak"
+)
+
+// providersConfig is the manager's providers config: one kubernetes entry.
+const providersConfig = `providers:
+  - name: ` + entryName + `
+    type: kubernetes
+    kubernetes:
+      namespace: ` + backendNamespace + `
+`
+
+type controlPlane struct {
+	env        *testenv.Env
+	kubeconfig string
+	providers  string
+}
+
+func (c *controlPlane) client() client.Client { return c.env.Client }
+
+func (s *soak) startControlPlane() error {
+	assets := os.Getenv(testenv.AssetsEnv)
+	s.out.say("starting kube-apiserver and etcd from %s", assets)
+	env, err := testenv.New(
+		testenv.WithAssetsDir(assets),
+		testenv.WithCRDPaths(s.opts.crdDir),
+		testenv.WithDataDir(s.tmp),
+		testenv.WithLogf(s.out.say),
+	)
+	if err != nil {
+		return fmt.Errorf("%w (`make soak` sets %s)", err, testenv.AssetsEnv)
+	}
+	s.cp = &controlPlane{env: env, kubeconfig: filepath.Join(s.tmp, "kubeconfig"), providers: filepath.Join(s.tmp, "providers.yaml")}
+	if err := env.WriteKubeconfig(s.cp.kubeconfig); err != nil {
+		return err
+	}
+	if err := os.WriteFile(s.cp.providers, []byte(providersConfig), 0o600); err != nil {
+		return err
+	}
+	// --inject-leak calls the kubernetes provider as a library, which finds
+	// its cluster the way the operator does.
+	if err := os.Setenv("KUBECONFIG", s.cp.kubeconfig); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, ns := range []string{proxyNamespace, backendNamespace} {
+		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return fmt.Errorf("creating namespace %s: %w", ns, err)
+		}
+	}
+	return nil
+}
+
+// printer serialises the soak's lines; each carries the wall-clock time
+// and the seconds since the start.
+type printer struct {
+	mu    sync.Mutex
+	start time.Time
+}
+
+func newPrinter() *printer { return &printer{start: time.Now()} }
+
+func (p *printer) say(format string, args ...any) {
+	now := time.Now()
+	line := fmt.Sprintf("%s [%6.1fs] %s\n", now.Format("15:04:05"), now.Sub(p.start).Seconds(), fmt.Sprintf(format, args...))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, _ = os.Stdout.WriteString(line)
+}
