@@ -195,7 +195,7 @@ func (e *dialError) Error() string {
 	case refusalMismatch:
 		what = "SSH host key mismatch: the server's key differs from the one pinned in known_hosts (a re-installed host, or somebody in between); "
 	case refusalUnknown:
-		what = "unknown SSH host: known_hosts has no key for this address; "
+		what = "SSH unknown host: known_hosts has no key for this address (add the host's key, e.g. from ssh-keyscan checked against the host); "
 	case refusalRevoked:
 		what = "SSH host key revoked in known_hosts; "
 	}

@@ -137,7 +137,7 @@ func TestSSHUnknownHost(t *testing.T) {
 	f := newSSHFixture(t, nil)
 	writeFile(t, f.knownHosts, []byte(knownHostsLine("192.0.2.7:22", f.sshd.hostKey())))
 	_, err := f.dial(context.Background())
-	wantRefusal(t, err, refusalUnknown, "unknown SSH host")
+	wantRefusal(t, err, refusalUnknown, "SSH unknown host")
 }
 
 // The seed kvm cached the SSH material after the first load, so a rotated
