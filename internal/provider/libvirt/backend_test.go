@@ -313,3 +313,18 @@ func TestBudgetsForRPC(t *testing.T) {
 		}
 	}
 }
+
+// An abandoned upload's source is read no further once its caller's ctx
+// ended, so the stream ends instead of running on to its budget.
+func TestUploadSourceStopsWithCtx(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &ctxReader{ctx: ctx, r: strings.NewReader("image bytes")}
+	buf := make([]byte, 5)
+	if n, err := r.Read(buf); n != 5 || err != nil {
+		t.Fatalf("read before the cancel: %d, %v", n, err)
+	}
+	cancel()
+	if n, err := r.Read(buf); n != 0 || !errors.Is(err, context.Canceled) {
+		t.Fatalf("read after the cancel: %d, %v", n, err)
+	}
+}
