@@ -182,9 +182,10 @@ var _ backend = (*libvirtBackend)(nil)
 type causer interface{ cause() error }
 
 // connectLibvirt runs libvirt's connect (auth list, open qemu:///system)
-// over conn within ctx and returns the adapter. conn belongs to the result
-// (or is closed on failure).
-func connectLibvirt(ctx context.Context, host string, conn net.Conn, b budgets) (*libvirtBackend, error) {
+// over conn within ctx and returns the adapter; address is where conn
+// leads, for messages. conn belongs to the result (or is closed on
+// failure).
+func connectLibvirt(ctx context.Context, host, address string, conn net.Conn, b budgets) (*libvirtBackend, error) {
 	l := libvirt.NewWithDialer(dialers.NewAlreadyConnected(conn))
 	done := make(chan error, 1)
 	go func() { done <- l.ConnectToURI(libvirt.QEMUSystem) }()
@@ -192,13 +193,13 @@ func connectLibvirt(ctx context.Context, host string, conn net.Conn, b budgets) 
 	case err := <-done:
 		if err != nil {
 			_ = conn.Close()
-			return nil, newDialError(host, "", stageLibvirt, err)
+			return nil, newDialError(host, address, stageLibvirt, err)
 		}
 	case <-ctx.Done():
 		// Closing the socket ends the connect's goroutine with an error
 		// nobody reads (done is buffered).
 		_ = conn.Close()
-		return nil, newDialError(host, "", stageLibvirt, ctx.Err())
+		return nil, newDialError(host, address, stageLibvirt, ctx.Err())
 	}
 	lb := &libvirtBackend{host: host, l: l, budgets: b, link: newLink(conn)}
 	disconnected := l.Disconnected() // set by ConnectToURI; read once, here

@@ -28,7 +28,7 @@ func (c *rpcConnector) connect(ctx context.Context, h Host) (backend, error) {
 	if err != nil {
 		return nil, newDialError(h.Name, c.srv.path, stageTCP, err)
 	}
-	b, err := connectLibvirt(ctx, h.Name, conn, c.budgets)
+	b, err := connectLibvirt(ctx, h.Name, c.srv.path, conn, c.budgets)
 	if err != nil {
 		return nil, err
 	}

@@ -106,7 +106,8 @@ func (p *Provider) connect(ctx context.Context, h Host) (backend, error) {
 		end(err)
 		return nil, err
 	}
-	b, err := connectLibvirt(ctx, h.Name, sock, p.budgets)
+	hostport, _ := sshAddress(h.Address) // Validate proved it
+	b, err := connectLibvirt(ctx, h.Name, hostport, sock, p.budgets)
 	if err != nil {
 		end(err)
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
@@ -405,4 +406,23 @@ func TestSSHInsecureIgnoreHostKeyIsWarned(t *testing.T) {
 	if !strings.Contains(res.Details["hostKeyCheck"], "insecureIgnoreHostKey") || !strings.Contains(res.Message, "not verified") {
 		t.Fatalf("the check does not report the disabled host key check: %+v", res)
 	}
+}
+
+// Hashed known_hosts entries (ssh-keygen -H) pin as well, key type
+// selection included.
+func TestSSHHashedKnownHosts(t *testing.T) {
+	f := newSSHFixture(t, nil)
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsaSigner, err := ssh.NewSignerFromKey(rsaKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ed := newEd25519Signer(t)
+	f.sshd.setHostKeys(ed, rsaSigner)
+	line := knownhosts.Line([]string{knownhosts.HashHostname(knownhosts.Normalize(f.sshd.addr))}, ed.PublicKey()) + "\n"
+	writeFile(t, f.knownHosts, []byte(line))
+	f.mustDial(context.Background())
 }
