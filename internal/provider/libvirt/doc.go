@@ -29,6 +29,7 @@
 //   - hosts.go: one pooled connection per host, redialled when dead, and
 //     dedicated connections (the Checker, later the image upload).
 //   - ssh.go: the SSH transport to the libvirt socket.
-//   - config.go, errors.go, check.go, observe.go, id.go.
+//   - config.go, errors.go, check.go, observe.go, id.go, metadata.go (the
+//     marks' element, one namespace for both type names).
 //   - create.go, get.go, delete.go, list.go: the lifecycle (not yet).
 package libvirt
