@@ -30,6 +30,7 @@
 //     dedicated connections (the Checker, later the image upload).
 //   - ssh.go: the SSH transport to the libvirt socket.
 //   - config.go, errors.go, check.go, observe.go, id.go, metadata.go (the
-//     marks' element, one namespace for both type names).
+//     marks' element, one namespace for both type names), state.go (the
+//     state table and the address choice, for Get).
 //   - create.go, get.go, delete.go, list.go: the lifecycle (not yet).
 package libvirt
