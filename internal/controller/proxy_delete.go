@@ -65,21 +65,22 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 	}
 	ctx = logr.NewContext(ctx, logr.FromContextOrDiscard(ctx).WithValues("provider", entry.Name))
 
-	if mayHoldUnrecorded(px) {
-		// A Create whose result never reached the status (the operator
-		// killed in between) left an instance nothing records: find it by
-		// the Proxy's UID rather than leave it to the collector's grace,
-		// and what such a Create made before its instance (a ConfigMap, a
-		// seed volume), which no instance listing shows.
-		found, err := r.ownedUnrecorded(ctx, entry, px, ids)
-		if err == nil {
-			err = r.deleteOwnedSecondaries(ctx, entry, px, append(ids, found...))
-		}
-		if err != nil {
-			return r.failedDelete(ctx, px, err), false
-		}
-		ids = append(ids, found...)
+	// An instance the status does not record (a Create whose result a
+	// killed operator never wrote, or a pass that acted on a cache that had
+	// not caught up) is found by the Proxy's UID rather than left to the
+	// collector's grace, and so is what such a Create made before its
+	// instance (a ConfigMap, a seed volume), which no instance listing
+	// shows. The crash soak (make soak) showed that no cheaper test of
+	// "the status may be incomplete" catches every such window, so every
+	// deletion lists once.
+	found, err := r.ownedUnrecorded(ctx, entry, px, ids)
+	if err == nil {
+		err = r.deleteOwnedSecondaries(ctx, entry, px, append(ids, found...))
 	}
+	if err != nil {
+		return r.failedDelete(ctx, px, err), false
+	}
+	ids = append(ids, found...)
 	if len(ids) == 0 {
 		return ctrl.Result{}, true
 	}
@@ -112,19 +113,6 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 	}
 	r.event(px, "Normal", "InstanceDeleted", "Delete", "instance deleted from provider %q", entry.Name)
 	return ctrl.Result{}, true
-}
-
-// mayHoldUnrecorded says whether the Proxy may own an instance its status
-// does not record: nothing is recorded (a Create may have run), or the spec
-// asks for another instance than the recorded one (a replacement's Create
-// may have run). A Proxy whose status records the instance its spec asks
-// for costs no listing.
-func mayHoldUnrecorded(px *egressv1.Proxy) bool {
-	if px.Status.ProviderID == "" || px.Spec.CloudInitSecretRef != nil {
-		// The Secret may be gone with the Proxy: its name cannot be derived.
-		return true
-	}
-	return createRequest(px, provider.Sensitive(px.Spec.CloudInit)).Name != px.Status.InstanceName
 }
 
 // ownedUnrecorded lists the provider's instances and returns those that
