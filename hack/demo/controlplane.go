@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/childproc"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -26,19 +26,11 @@ type controlPlane struct {
 func (c *controlPlane) client() client.Client { return c.env.Client }
 
 func (d *demo) startControlPlane(context.Context) error {
-	assets := os.Getenv(testenv.AssetsEnv)
-	d.out.say("starting kube-apiserver and etcd from %s", assets)
-	env, err := testenv.New(
-		testenv.WithAssetsDir(assets),
-		testenv.WithCRDPaths(d.opts.crdDir),
-		// Under the run's directory, so the leftover check knows this
-		// run's processes by their command lines.
-		testenv.WithDataDir(d.tmp),
-		testenv.WithLogf(d.out.say),
-	)
+	env, err := childproc.StartControlPlane(d.tmp, d.opts.crdDir, "`make demo` builds kube-apiserver and etcd and", d.out.say)
 	if err != nil {
-		return fmt.Errorf("%w (`make demo` builds kube-apiserver and etcd and sets %s)", err, testenv.AssetsEnv)
+		return err
 	}
+	assets := os.Getenv(testenv.AssetsEnv)
 	d.cp = &controlPlane{out: d.out, env: env, assets: assets, kubeconfig: filepath.Join(d.tmp, "kubeconfig")}
 	return env.WriteKubeconfig(d.cp.kubeconfig)
 }

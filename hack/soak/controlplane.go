@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/childproc"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -46,16 +47,9 @@ type controlPlane struct {
 func (c *controlPlane) client() client.Client { return c.env.Client }
 
 func (s *soak) startControlPlane() error {
-	assets := os.Getenv(testenv.AssetsEnv)
-	s.out.say("starting kube-apiserver and etcd from %s", assets)
-	env, err := testenv.New(
-		testenv.WithAssetsDir(assets),
-		testenv.WithCRDPaths(s.opts.crdDir),
-		testenv.WithDataDir(s.tmp),
-		testenv.WithLogf(s.out.say),
-	)
+	env, err := childproc.StartControlPlane(s.tmp, s.opts.crdDir, "`make soak`", s.out.say)
 	if err != nil {
-		return fmt.Errorf("%w (`make soak` sets %s)", err, testenv.AssetsEnv)
+		return err
 	}
 	s.cp = &controlPlane{env: env, kubeconfig: filepath.Join(s.tmp, "kubeconfig"), providers: filepath.Join(s.tmp, "providers.yaml")}
 	if err := env.WriteKubeconfig(s.cp.kubeconfig); err != nil {
