@@ -144,7 +144,8 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 // pass acted on a cache that had not caught up (with our own last write,
 // or a spec change), and the next pass reads a fresher one. Its provider
 // calls are idempotent, and whatever they made that the status now misses
-// is found by the sweeps (see mayHoldUnrecorded and supersedeUnrecorded).
+// is found by the sweeps (ownedUnrecorded at deletion, supersedeUnrecorded
+// after a spec change).
 func (r *ProxyReconciler) written(ctx context.Context, res ctrl.Result, err error) (ctrl.Result, error) {
 	if apierrors.IsConflict(err) {
 		logr.FromContextOrDiscard(ctx).V(1).Info("status changed since the pass read it; reconciling again")

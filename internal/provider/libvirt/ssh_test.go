@@ -202,16 +202,7 @@ func TestSSHKeepaliveDeadConnection(t *testing.T) {
 // would present its RSA key, a false mismatch.
 func TestSSHAsksForThePinnedHostKeyType(t *testing.T) {
 	f := newSSHFixture(t, nil)
-	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rsaSigner, err := ssh.NewSignerFromKey(rsaKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ed := newEd25519Signer(t)
-	f.sshd.setHostKeys(ed, rsaSigner)
+	ed := f.rsaAndEd25519HostKeys(t)
 	writeFile(t, f.knownHosts, []byte(knownHostsLine(f.sshd.addr, ed.PublicKey())))
 	f.mustDial(context.Background())
 }
@@ -412,6 +403,17 @@ func TestSSHInsecureIgnoreHostKeyIsWarned(t *testing.T) {
 // selection included.
 func TestSSHHashedKnownHosts(t *testing.T) {
 	f := newSSHFixture(t, nil)
+	ed := f.rsaAndEd25519HostKeys(t)
+	line := knownhosts.Line([]string{knownhosts.HashHostname(knownhosts.Normalize(f.sshd.addr))}, ed.PublicKey()) + "\n"
+	writeFile(t, f.knownHosts, []byte(line))
+	f.mustDial(context.Background())
+}
+
+// rsaAndEd25519HostKeys gives the fixture's server an ed25519 and an RSA
+// host key and returns the ed25519 one, the one a test pins: x/crypto
+// prefers RSA unless the client asks for the pinned type.
+func (f *sshFixture) rsaAndEd25519HostKeys(t *testing.T) ssh.Signer {
+	t.Helper()
 	rsaKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -422,7 +424,5 @@ func TestSSHHashedKnownHosts(t *testing.T) {
 	}
 	ed := newEd25519Signer(t)
 	f.sshd.setHostKeys(ed, rsaSigner)
-	line := knownhosts.Line([]string{knownhosts.HashHostname(knownhosts.Normalize(f.sshd.addr))}, ed.PublicKey()) + "\n"
-	writeFile(t, f.knownHosts, []byte(line))
-	f.mustDial(context.Background())
+	return ed
 }
