@@ -127,10 +127,14 @@ type Host struct {
 	Socket string `json:"socket,omitempty"`
 	// Pool is the storage pool for images, overlays and seeds.
 	Pool string `json:"pool,omitempty"`
-	// Bridge or Network (exactly one) is where the instances' NIC goes: a
-	// host bridge (the VMs are on the bridge's LAN) or a libvirt network.
-	Bridge  string `json:"bridge,omitempty"`
-	Network string `json:"network,omitempty"`
+	// Bridge, Network or UserNetworking (exactly one) is where the
+	// instances' NIC goes: a host bridge (the VMs are on the bridge's LAN),
+	// a libvirt network, or QEMU's user-mode network (no host set-up; the
+	// guest reaches out through QEMU's own NAT and nobody can connect to it
+	// except through a port forward: for a lab or a test, not a fleet).
+	Bridge         string `json:"bridge,omitempty"`
+	Network        string `json:"network,omitempty"`
+	UserNetworking bool   `json:"userNetworking,omitempty"`
 	// DomainType overrides the block's domainType for this host.
 	DomainType string `json:"domainType,omitempty"`
 }
@@ -365,10 +369,12 @@ func (c *Config) validateHosts(p *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(ip.Child("pool"), h.Pool, libvirtNameRule))
 		}
 		switch {
-		case h.Bridge == "" && h.Network == "":
+		case h.Bridge == "" && h.Network == "" && !h.UserNetworking:
 			errs = append(errs, field.Required(ip.Child("bridge"), "a host bridge, or a libvirt network in network, for the instances' NIC"))
 		case h.Bridge != "" && h.Network != "":
 			errs = append(errs, field.Invalid(ip.Child("network"), h.Network, "conflicts with bridge: the NIC goes to one of them"))
+		case h.UserNetworking && (h.Bridge != "" || h.Network != ""):
+			errs = append(errs, field.Invalid(ip.Child("userNetworking"), true, "conflicts with bridge and network: the NIC goes to one of them"))
 		case h.Bridge != "" && !ifaceName.MatchString(h.Bridge):
 			errs = append(errs, field.Invalid(ip.Child("bridge"), h.Bridge, "must be a network interface name (1-15 characters, no '/', ':' or spaces)"))
 		case h.Network != "" && !libvirtName.MatchString(h.Network):

@@ -3,13 +3,17 @@ package libvirt
 import (
 	"context"
 	"fmt"
+	"errors"
 	"io"
+	"net/http"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/inflight"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/keyedlock"
 )
 
 // The type names this package is registered under (registry.DefaultTypes,
@@ -44,6 +48,18 @@ type Provider struct {
 	// table holds the pooled connection of each host.
 	table *hostTable
 
+	// names serialises Create and Delete of one instance name; images
+	// serialises the download of one image to one host ("<host>/<sha256>").
+	names  keyedlock.Locks
+	images keyedlock.Locks
+	// steps runs the slow part of each Create (image, volumes, define,
+	// start) in the background, keyed by instance name.
+	steps *inflight.Table
+	// http downloads images; a test seam.
+	http *http.Client
+	// now stamps createdAt; a test seam.
+	now func() time.Time
+
 	// tracerProvider is a test seam for the child spans; nil means the
 	// global provider, which telemetry.Setup installs.
 	tracerProvider trace.TracerProvider
@@ -75,6 +91,9 @@ func New(name string, cfg Config, opts provider.Options) (*Provider, error) {
 		auth:    auth,
 		ssh:     newSSHDialer(auth),
 		budgets: defaultBudgets,
+		steps:   inflight.New(provider.OpCreate),
+		http:    newImageClient(),
+		now:     time.Now,
 	}
 	p.table = newHostTable(p.connect)
 	return p, nil
@@ -82,7 +101,12 @@ func New(name string, cfg Config, opts provider.Options) (*Provider, error) {
 
 // Close closes the pooled connections. The registry calls it when the
 // entry is removed or rebuilt and at shutdown; later calls fail Transient.
-func (p *Provider) Close() error { return p.table.Close() }
+func (p *Provider) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), inflight.StopBound)
+	defer cancel()
+	err := p.steps.Close(ctx)
+	return errors.Join(err, p.table.Close())
+}
 
 // host finds a configured host by name.
 func (p *Provider) host(name string) (Host, bool) {
