@@ -3,6 +3,7 @@ package libvirt
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
 
@@ -61,5 +62,7 @@ func (p *Provider) ensureImage(ctx context.Context, h Host, b backend, pool libv
 // dead server fails the step instead of holding it; proxies from the
 // environment, as the operator's other clients.
 func newImageClient() *http.Client {
-	panic("helper B")
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ResponseHeaderTimeout = time.Minute
+	return &http.Client{Transport: t}
 }
