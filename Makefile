@@ -58,18 +58,23 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest (cached; 10-30 min 
 	hack/build-control-plane.sh
 
 .PHONY: test
-test: manifests generate vet envtest-assets install-test-deps ## Run every test against a real kube-apiserver and etcd (and a real Squid and cloud-init).
+test: manifests generate vet envtest-assets install-test-deps ## Run every test against a real kube-apiserver and etcd, a real Squid and cloud-init, and (as root) a real libvirtd, QEMU and OpenSSH. SKIP_LIBVIRT_TESTS=1 leaves the last out.
 	@echo "control plane for the tests: $$($(ENVTEST_ASSETS)/kube-apiserver --version), $$($(ENVTEST_ASSETS)/etcd --version | head -1)"
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./... -race -count=1 -timeout 25m
+	@if [ "$${SKIP_LIBVIRT_TESTS:-}" = 1 ]; then \
+		echo "SKIP_LIBVIRT_TESTS=1: the tests against the real libvirtd (make test-libvirt) are left out"; \
+	else \
+		KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(MAKE) --no-print-directory test-libvirt PKG=./hack/libvirt/...; \
+	fi
 
 .PHONY: bench
 bench: envtest-assets ## Run the benchmarks.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./... -run '^$$' -bench . -benchmem
 
-##@ libvirt test host (hack/libvirt; root; not part of `make test` yet)
+##@ libvirt test host (hack/libvirt; root; `make test` runs test-libvirt with PKG=./hack/libvirt/...)
 
 # The packages test-libvirt runs inside the host, and extra go test flags.
-PKG ?= ./hack/libvirt/smoke
+PKG ?= ./hack/libvirt/...
 TESTFLAGS ?=
 
 .PHONY: libvirt-install
@@ -89,7 +94,7 @@ libvirt-down: ## Remove the libvirt test host: guests, daemons, namespace, pool,
 	hack/libvirt/down.sh
 
 .PHONY: test-libvirt
-test-libvirt: libvirt-guest ## Bring the libvirt test host up, run PKG (default ./hack/libvirt/smoke) inside it, tear it down even on failure.
+test-libvirt: libvirt-guest ## Bring the libvirt test host up, run PKG (default ./hack/libvirt/...) inside it, tear it down even on failure.
 	PKG="$(PKG)" TESTFLAGS="$(TESTFLAGS)" hack/libvirt/test.sh
 
 ##@ Build
