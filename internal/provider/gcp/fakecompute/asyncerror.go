@@ -109,9 +109,9 @@ func (e *AsyncError) WithoutHTTPStatus() *AsyncError {
 // opContext is what an operation error is rendered from.
 type opContext struct {
 	project, zone, region string
-	machineType, image string // short machine type name, image path
-	cpus                   int
-	limit                  float64 // quota limit of metric
+	machineType, image    string // short machine type name, image path
+	cpus                  int
+	limit                 float64 // quota limit of metric
 }
 
 // render builds the operation's error fields.

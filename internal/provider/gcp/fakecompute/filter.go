@@ -38,7 +38,7 @@ type orNode []filterNode
 
 type cmpNode struct {
 	field, op, value string
-	re            *regexp.Regexp
+	re               *regexp.Regexp
 }
 
 func (n andNode) eval(get fieldGetter) bool {

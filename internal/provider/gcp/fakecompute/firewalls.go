@@ -23,7 +23,9 @@ type firewall struct {
 
 func fwTarget(name string) string { return "global/firewalls/" + name }
 
-func fwResource(p *projectState, name string) string { return "projects/" + p.id + "/" + fwTarget(name) }
+func fwResource(p *projectState, name string) string {
+	return "projects/" + p.id + "/" + fwTarget(name)
+}
 
 var ipProtocols = map[string]bool{"tcp": true, "udp": true, "icmp": true, "esp": true, "ah": true,
 	"sctp": true, "ipip": true, "all": true}

@@ -339,14 +339,18 @@ func TestInsertValidation(t *testing.T) {
 		{"name too long", func(b *computepb.Instance) { b.Name = proto.String("a" + strings.Repeat("b", 63)) }, 400, "invalid", "Must be a match of regex"},
 		{"short machine type", func(b *computepb.Instance) { b.MachineType = proto.String("e2-small") }, 400, "invalid",
 			"Invalid value for field 'resource.machineType': 'e2-small'. The URL is malformed."},
-		{"unknown machine type", func(b *computepb.Instance) { b.MachineType = proto.String("zones/us-central1-a/machineTypes/n1-standard-99") },
+		{"unknown machine type", func(b *computepb.Instance) {
+			b.MachineType = proto.String("zones/us-central1-a/machineTypes/n1-standard-99")
+		},
 			400, "invalid", "Machine type with name 'n1-standard-99' does not exist in zone 'us-central1-a'."},
 		{"machine type of another zone", func(b *computepb.Instance) { b.MachineType = proto.String("zones/us-east1-b/machineTypes/e2-small") },
 			400, "invalid", "Invalid value for field 'resource.machineType'"},
 		{"no disks", func(b *computepb.Instance) { b.Disks = nil }, 400, "invalid", "Invalid value for field 'resource.disks': ''. No disks are specified."},
 		{"no image", func(b *computepb.Instance) { b.Disks[0].InitializeParams.SourceImage = nil }, 400, "required",
 			"Required field 'resource.disks[0].initializeParams.sourceImage' not specified"},
-		{"family without project", func(b *computepb.Instance) { b.Disks[0].InitializeParams.SourceImage = proto.String("family/debian-12") },
+		{"family without project", func(b *computepb.Instance) {
+			b.Disks[0].InitializeParams.SourceImage = proto.String("family/debian-12")
+		},
 			400, "invalid", "'family/debian-12'. The URL is malformed."},
 		{"unknown image", func(b *computepb.Instance) {
 			b.Disks[0].InitializeParams.SourceImage = proto.String("projects/debian-cloud/global/images/family/debian-10")
