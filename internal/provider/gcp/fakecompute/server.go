@@ -562,8 +562,11 @@ func summarizeBody(body []byte) string {
 			}
 		}
 	}
-	b, _ := json.Marshal(v)
-	return string(b)
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return strings.TrimSpace(b.String())
 }
 
 // validRequestID: "must be a valid UUID with the exception that zero UUID
