@@ -346,6 +346,8 @@ func TestInsertValidation(t *testing.T) {
 		{"machine type of another zone", func(b *computepb.Instance) { b.MachineType = proto.String("zones/us-east1-b/machineTypes/e2-small") },
 			400, "invalid", "Invalid value for field 'resource.machineType'"},
 		{"no disks", func(b *computepb.Instance) { b.Disks = nil }, 400, "invalid", "Invalid value for field 'resource.disks': ''. No disks are specified."},
+		{"first disk not boot", func(b *computepb.Instance) { b.Disks[0].Boot = nil }, 400, "invalid",
+			"Invalid value for field 'resource.disks[0]': ''. Boot disk must be the first disk attached to the instance."},
 		{"no image", func(b *computepb.Instance) { b.Disks[0].InitializeParams.SourceImage = nil }, 400, "required",
 			"Required field 'resource.disks[0].initializeParams.sourceImage' not specified"},
 		{"family without project", func(b *computepb.Instance) {

@@ -163,6 +163,14 @@ func TestAggregatedListUnreachableZone(t *testing.T) {
 	if warnings["zones/us-central1-b"] != "UNREACHABLE" {
 		t.Fatalf("warnings %v", warnings)
 	}
+	// Its instances take no place on a page either: four pages of one.
+	e.fake.ClearRequests()
+	if names, _ := e.aggregated(`labels.egress-operator-managed = "true"`, 1); len(names) != 4 {
+		t.Fatalf("paged with us-central1-b unreachable: %v", names)
+	}
+	if n := e.fake.Count("GET", "projects/*/aggregated/instances"); n != 4 {
+		t.Fatalf("%d pages of one for four reachable instances", n)
+	}
 	_, b := e.raw("GET", "/compute/v1/projects/proj-1/aggregated/instances?"+url.Values{"returnPartialSuccess": {"true"}}.Encode())
 	var page struct {
 		Unreachables []string `json:"unreachables"`
