@@ -3,6 +3,7 @@ package fakecompute_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -394,5 +395,24 @@ func rule(name string) *computepb.Firewall {
 		Name: proto.String(name), Network: proto.String("global/networks/default"), Direction: proto.String("INGRESS"),
 		SourceRanges: []string{"10.0.0.0/8"}, TargetTags: []string{"egress-proxy-6f1c2a"},
 		Allowed: []*computepb.Allowed{{IPProtocol: proto.String("tcp"), Ports: []string{"3128"}}},
+	}
+}
+
+// A label error carries an ErrorInfo detail (INVALID_FIELD_VALUE) as newer
+// answers do. The SDK keeps it in googleapi.Error.Details, but
+// apierror.APIError.Reason() stays empty: the body's errors[] keeps apierror
+// from parsing details, so a provider reads googleapi.Error.Errors[0].Reason.
+func TestLabelErrorDetailsAndApierrorReason(t *testing.T) {
+	e := newEnv(t)
+	b := body("egress-a")
+	b.Labels["uid"] = "A"
+	_, err := e.insertErr(b, "")
+	gerr := wantAPIError(t, err, 400, "invalid", "Label value 'A' violates format constraints.")
+	if len(gerr.Details) != 1 || !strings.Contains(fmt.Sprint(gerr.Details[0]), "INVALID_FIELD_VALUE") {
+		t.Fatalf("details %v", gerr.Details)
+	}
+	var aerr *apierror.APIError
+	if !errors.As(err, &aerr) || aerr.Reason() != "" {
+		t.Fatalf("apierror reason %q", aerr.Reason())
 	}
 }
