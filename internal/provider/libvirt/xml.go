@@ -72,7 +72,10 @@ func buildDomainXML(s domainSpec) (string, error) {
 
 	// BIOS boots on i440fx with the seed on IDE, as the test guest's
 	// kernel expects (Debian's cloud kernel has ata_piix but no ahci); UEFI
-	// needs q35, which has no IDE, so its seed goes on SATA.
+	// needs q35, which has no IDE, so its seed goes on SATA (an image must
+	// bring ahci to see it). A UEFI domain starts only on a host with OVMF
+	// installed: libvirt 9.0 says "Unable to find any firmware to satisfy
+	// 'efi'" otherwise.
 	osType := &libvirtxml.DomainOSType{Arch: "x86_64", Machine: "pc", Type: "hvm"}
 	osDef := &libvirtxml.DomainOS{Type: osType, BootDevices: []libvirtxml.DomainBootDevice{{Dev: "hd"}}}
 	seedTarget := &libvirtxml.DomainDiskTarget{Dev: "hdc", Bus: "ide"}
