@@ -72,16 +72,18 @@ func buildDomainXML(s domainSpec) (string, error) {
 
 	// BIOS boots on i440fx with the seed on IDE, as the test guest's
 	// kernel expects (Debian's cloud kernel has ata_piix but no ahci); UEFI
-	// needs q35, which has no IDE, so its seed goes on SATA (an image must
-	// bring ahci to see it). A UEFI domain starts only on a host with OVMF
+	// needs q35, which has no IDE, so its seed goes on virtio-scsi (not
+	// SATA: the same kernel has no ahci, but virtio_scsi it has). A UEFI domain starts only on a host with OVMF
 	// installed: libvirt 9.0 says "Unable to find any firmware to satisfy
 	// 'efi'" otherwise.
 	osType := &libvirtxml.DomainOSType{Arch: "x86_64", Machine: "pc", Type: "hvm"}
 	osDef := &libvirtxml.DomainOS{Type: osType, BootDevices: []libvirtxml.DomainBootDevice{{Dev: "hd"}}}
 	seedTarget := &libvirtxml.DomainDiskTarget{Dev: "hdc", Bus: "ide"}
+	var controllers []libvirtxml.DomainController
 	if s.Firmware == FirmwareUEFI {
 		osType.Machine = "q35"
-		seedTarget = &libvirtxml.DomainDiskTarget{Dev: "sda", Bus: "sata"}
+		seedTarget = &libvirtxml.DomainDiskTarget{Dev: "sda", Bus: "scsi"}
+		controllers = []libvirtxml.DomainController{{Type: "scsi", Model: "virtio-scsi"}}
 		// Autoselection, but never a Secure Boot build with Microsoft's
 		// keys enrolled: it would refuse the unsigned kernels of many
 		// images and needs SMM.
@@ -109,6 +111,7 @@ func buildDomainXML(s domainSpec) (string, error) {
 		OnReboot:   "restart",
 		OnCrash:    "destroy",
 		Devices: &libvirtxml.DomainDeviceList{
+			Controllers: controllers,
 			Disks: []libvirtxml.DomainDisk{
 				{
 					Device: "disk",
