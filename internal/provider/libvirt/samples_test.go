@@ -1,11 +1,13 @@
 package libvirt
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
 )
 
@@ -153,51 +156,23 @@ func parseLibvirtEntries(t *testing.T, file, text string) map[string]libvirtEntr
 }
 
 // placementErrors says what in a Proxy's placement the entry cannot
-// resolve, as Create reads it: zone a host by name (optional with one
-// host), machineType and image catalogue keys (optional when the entry has
-// a default).
-//
-// TODO(lead): check through Create's own placement resolver once it exists,
-// and cover placement.image given as a URL with its sha256 (the syntax is
-// the lead's); samples use catalogue keys only until then.
+// resolve, by Create's own resolver (before any dial).
 func placementErrors(cfg Config, pl v1alpha1.Placement) []string {
-	var errs []string
-	hosts := make([]string, 0, len(cfg.Hosts))
-	for _, h := range cfg.Hosts {
-		hosts = append(hosts, h.Name)
+	p, err := New("samples", cfg, provider.Options{})
+	if err != nil {
+		return []string{err.Error()}
 	}
-	switch {
-	case pl.Zone == "" && len(hosts) != 1:
-		errs = append(errs, fmt.Sprintf("placement.zone is empty, but the entry has %d hosts (%s): name one", len(hosts), strings.Join(hosts, ", ")))
-	case pl.Zone != "" && !contains(hosts, pl.Zone):
-		errs = append(errs, fmt.Sprintf("placement.zone %q is no host of the entry (hosts: %s)", pl.Zone, strings.Join(hosts, ", ")))
+	defer p.Close()
+	_, err = p.resolve(provider.CreateRequest{Name: "proxy-sample", Port: 3128,
+		Placement: provider.Placement{Zone: pl.Zone, MachineType: pl.MachineType, Image: pl.Image}})
+	var pe *provider.Error
+	if errors.As(err, &pe) {
+		return []string{pe.Err.Error()}
 	}
-	switch {
-	case pl.MachineType == "" && cfg.DefaultMachineType == "":
-		errs = append(errs, "placement.machineType is empty and the entry has no defaultMachineType")
-	case pl.MachineType != "":
-		if _, ok := cfg.MachineTypes[pl.MachineType]; !ok {
-			errs = append(errs, fmt.Sprintf("placement.machineType %q is no key of the entry's machineTypes (%s)", pl.MachineType, strings.Join(sortedKeys(cfg.MachineTypes), ", ")))
-		}
+	if err != nil {
+		return []string{err.Error()}
 	}
-	switch {
-	case pl.Image == "" && cfg.DefaultImage == "":
-		errs = append(errs, "placement.image is empty and the entry has no defaultImage")
-	case pl.Image != "":
-		if _, ok := cfg.Images[pl.Image]; !ok {
-			errs = append(errs, fmt.Sprintf("placement.image %q is no key of the entry's images (%s)", pl.Image, strings.Join(sortedKeys(cfg.Images), ", ")))
-		}
-	}
-	return errs
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return nil
 }
 
 // sampleProxy is one file of config/samples, decoded strictly.
@@ -291,7 +266,7 @@ func TestSamplesMatchProvidersConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range samples {
-		if !contains(k.Resources, s.file) {
+		if !slices.Contains(k.Resources, s.file) {
 			t.Errorf("config/samples/kustomization.yaml does not list %s", s.file)
 		}
 	}
@@ -309,7 +284,7 @@ machineTypes:
 		t.Fatal(msg)
 	}
 	two := cfg
-	two.Hosts = append(append([]Host(nil), cfg.Hosts...), Host{Name: "nas1"})
+	two.Hosts = append(append([]Host(nil), cfg.Hosts...), Host{Name: "nas1", Address: "192.0.2.9", User: "virt", Bridge: "br0"})
 	tests := []struct {
 		name string
 		cfg  Config
@@ -318,10 +293,12 @@ machineTypes:
 	}{
 		{"matching", cfg, v1alpha1.Placement{Zone: "beelink", MachineType: "small", Image: "debian-12"}, ""},
 		{"defaults with one host", cfg, v1alpha1.Placement{}, ""},
-		{"the seed's sample: a host the entry does not define", cfg, v1alpha1.Placement{Zone: "nas1"}, `placement.zone "nas1" is no host of the entry (hosts: beelink)`},
-		{"no zone with two hosts", two, v1alpha1.Placement{}, "placement.zone is empty, but the entry has 2 hosts (beelink, nas1): name one"},
-		{"unknown machine type", cfg, v1alpha1.Placement{MachineType: "large"}, `placement.machineType "large" is no key of the entry's machineTypes (small)`},
-		{"unknown image", cfg, v1alpha1.Placement{Image: "debian-13"}, `placement.image "debian-13" is no key of the entry's images (debian-12)`},
+		{"the seed's sample: a host the entry does not define", cfg, v1alpha1.Placement{Zone: "nas1"}, `placement.zone "nas1" names no host of this entry (beelink)`},
+		{"no zone with two hosts", two, v1alpha1.Placement{}, "placement.zone is required: this entry has 2 hosts (beelink, nas1)"},
+		{"unknown machine type", cfg, v1alpha1.Placement{MachineType: "large"}, `placement.machineType "large" is not in this entry's machineTypes (small)`},
+		{"unknown image", cfg, v1alpha1.Placement{Image: "debian-13"}, `placement.image "debian-13" is not in this entry's images (debian-12), nor an http(s) URL with #sha256=<digest>`},
+		{"image by URL without its digest", cfg, v1alpha1.Placement{Image: "https://images.example/d.qcow2"}, "placement.image: an image given by URL needs its digest: https://images.example/d.qcow2#sha256=<64 lower-case hex digits>"},
+		{"image by URL with its digest", cfg, v1alpha1.Placement{Image: "https://images.example/d.qcow2#sha256=" + goodSHA}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
