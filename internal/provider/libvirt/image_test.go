@@ -536,9 +536,8 @@ func TestImageDownloadCancelledStopsAndLeavesNoMarker(t *testing.T) {
 }
 
 // Concurrent ensureImage calls for one image on one host download it once:
-// the first holds the download (the server holds its body) until the
-// others have looked into the cache and are waiting; then all get the
-// same volume.
+// the first holds the download (the server holds its body) until each
+// other caller has looked into the cache; then all get the same volume.
 func TestConcurrentEnsureImageDownloadsOnce(t *testing.T) {
 	const callers = 4
 	release := make(chan struct{})
@@ -549,19 +548,23 @@ func TestConcurrentEnsureImageDownloadsOnce(t *testing.T) {
 	ctx := withinTest(t)
 	vols := make([]libvirt.StorageVol, callers)
 	errs := make([]error, callers)
+	lookups := make([]atomic.Int32, callers)
 	var wg sync.WaitGroup
 	for i := range callers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			vols[i], errs[i] = f.ensure(ctx, nil)
+			b := &countedLookups{backend: f.b, n: &lookups[i]}
+			vols[i], errs[i] = f.p.ensureImage(ctx, f.p.hosts[0], b, f.pool, f.img, nil)
 		}()
 	}
-	// The first caller is at the server after four lookups (the marker
-	// before and under the lock, then the marker and the image for a
-	// leftover); each other one has looked the marker up once and waits.
-	testenv.Eventually(t, "every caller looked into the cache", func() bool {
-		return countCalls(f.h.callLog(), "StorageVolLookupByName") >= 4+(callers-1) && f.gets.Load() >= 1
+	testenv.Eventually(t, "one caller at the server, every caller looked into the cache", func() bool {
+		for i := range lookups {
+			if lookups[i].Load() == 0 {
+				return false
+			}
+		}
+		return f.gets.Load() >= 1
 	})
 	close(release)
 	wg.Wait()
@@ -574,6 +577,17 @@ func TestConcurrentEnsureImageDownloadsOnce(t *testing.T) {
 		t.Fatalf("%d downloads, want 1", n)
 	}
 	f.mustBeCached(vols[0])
+}
+
+// countedLookups counts one caller's volume lookups.
+type countedLookups struct {
+	backend
+	n *atomic.Int32
+}
+
+func (c *countedLookups) StorageVolLookupByName(ctx context.Context, pool libvirt.StoragePool, name string) (libvirt.StorageVol, error) {
+	c.n.Add(1)
+	return c.backend.StorageVolLookupByName(ctx, pool, name)
 }
 
 // A caller waiting for another's download stops waiting when its ctx ends.
