@@ -84,7 +84,11 @@ func imageDigest(img imageRef) string { return strings.ToLower(img.SHA256) }
 // digest names the content, so two catalogue keys for the same image share
 // one volume, and a changed image never reuses a stale one.
 func imageVolumeName(img imageRef) string {
-	return imageVolumePrefix + imageDigest(img) + "." + img.Format
+	format := img.Format
+	if format == "" {
+		format = DefaultImageFormat
+	}
+	return imageVolumePrefix + imageDigest(img) + "." + format
 }
 
 func imageMarkerName(img imageRef) string {
