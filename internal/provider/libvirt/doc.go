@@ -10,15 +10,13 @@
 // marks, so an entry switched from one name to the other keeps its
 // instances.
 //
-// Status: foundations only. The seam over go-libvirt with per-call budgets
-// (backend.go), the pooled and dedicated connections (hosts.go), SSH with
-// pinned host keys and credentials re-read on every dial (ssh.go), the
-// config (config.go), error classification (errors.go), the Checker
-// (check.go) and the RPC spans and log lines (observe.go) work. Create, Get,
-// Delete and ListByTag do not yet: each returns a Permanent "not implemented
-// yet" error. The package is therefore NOT in registry.DefaultTypes(): a
-// providers config naming kvm or kvm2 is refused as an unknown type until the
-// lifecycle works. docs/libvirt-provider.md marks the same.
+// Create returns within provider.CallBound: it resolves the placement
+// before any dial, adopts a domain that exists (the UID guard; a stopped,
+// paused or suspended one is started, resumed or woken), and otherwise runs
+// the slow steps in the background, keyed by instance name
+// (internal/provider/inflight): the capacity precheck, the seed, the image
+// cache, the overlay, define and start. Get and Create report the step's
+// progress meanwhile.
 //
 // Layout:
 //   - backend.go: the seam (backend), a ctx-first interface over exactly the
@@ -27,10 +25,13 @@
 //     caller whose ctx ends stops waiting at once and harms nobody; only a
 //     call that outlives its budget marks the connection dead.
 //   - hosts.go: one pooled connection per host, redialled when dead, and
-//     dedicated connections (the Checker, later the image upload).
+//     dedicated connections (the Checker, the image upload).
 //   - ssh.go: the SSH transport to the libvirt socket.
 //   - config.go, errors.go, check.go, observe.go, id.go, metadata.go (the
 //     marks' element, one namespace for both type names), state.go (the
 //     state table and the address choice, for Get).
-//   - create.go, get.go, delete.go, list.go: the lifecycle (not yet).
+//   - create.go, get.go, delete.go, list.go: the lifecycle, and the
+//     secondary resources (list.go): overlays and seeds named after their
+//     instance (volume.go).
+//   - image.go: the per-host image cache; xml.go: the domain and volume XML.
 package libvirt

@@ -2,6 +2,7 @@ package libvirt
 
 import (
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -470,14 +471,18 @@ func (c *fakeConn) DomainDefineXML(ctx context.Context, x string) (v libvirt.Dom
 		if m == nil {
 			return lvErr(libvirt.ErrXMLError, "XML error: missing domain name")
 		}
+		md, err := fakeMetadataOf(x)
+		if err != nil {
+			return lvErr(libvirt.ErrXMLError, "XML error: %v", err)
+		}
 		if d, ok := c.h.domains[m[1]]; ok { // libvirt redefines in place
-			d.xml = x
+			d.xml, d.metadata = x, md
 			v = d.dom
 			return nil
 		}
 		v = libvirt.Domain{Name: m[1], ID: -1}
 		copy(v.UUID[:], m[1])
-		c.h.domains[m[1]] = &fakeDomain{dom: v, xml: x, state: libvirt.DomainShutoff, metadata: map[string]string{},
+		c.h.domains[m[1]] = &fakeDomain{dom: v, xml: x, state: libvirt.DomainShutoff, metadata: md,
 			ifaces: map[libvirt.DomainInterfaceAddressesSource][]libvirt.DomainInterface{}}
 		return nil
 	})
@@ -594,4 +599,29 @@ func (c *fakeConn) DomainInterfaceAddresses(ctx context.Context, dom libvirt.Dom
 		return nil
 	})
 	return v, err
+}
+
+// fakeMetadataOf reads the children of a domain XML's <metadata> by
+// namespace, as libvirt keeps them for DomainGetMetadata: each child
+// re-serialised with its namespace declared.
+func fakeMetadataOf(domainXML string) (map[string]string, error) {
+	var d struct {
+		Metadata struct {
+			Items []struct {
+				XMLName xml.Name
+				Inner   string `xml:",innerxml"`
+			} `xml:",any"`
+		} `xml:"metadata"`
+	}
+	if err := xml.Unmarshal([]byte(domainXML), &d); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, it := range d.Metadata.Items {
+		if it.XMLName.Space == "" {
+			return nil, fmt.Errorf("metadata element <%s> has no namespace", it.XMLName.Local)
+		}
+		out[it.XMLName.Space] = fmt.Sprintf("<%s xmlns=%q>%s</%s>", it.XMLName.Local, it.XMLName.Space, it.Inner, it.XMLName.Local)
+	}
+	return out, nil
 }

@@ -2,8 +2,8 @@ package libvirt
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -16,8 +16,8 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/keyedlock"
 )
 
-// The type names this package is registered under (registry.DefaultTypes,
-// once the lifecycle works): both read the same Config with Parse and are
+// The type names this package is registered under (registry.DefaultTypes):
+// both read the same Config with Parse and are
 // built by New, so they behave, and mark their instances, alike.
 const (
 	TypeKVM  = "kvm"
@@ -138,13 +138,6 @@ func (p *Provider) connect(ctx context.Context, h Host) (backend, error) {
 	}
 	end(nil)
 	return p.observe(h.Name, b), nil
-}
-
-// errNotImplemented is what the unfinished lifecycle returns. Permanent:
-// retrying cannot help until a release implements it, and the type is not
-// registered meanwhile, so no Proxy should meet it.
-func errNotImplemented(op string) error {
-	return provider.Errorf(provider.ErrPermanent, "%s is not implemented yet in the libvirt provider (kvm, kvm2); see docs/libvirt-provider.md", op)
 }
 
 func (p *Provider) String() string { return fmt.Sprintf("libvirt provider %q", p.name) }

@@ -30,23 +30,11 @@ func TestNewRefusesAnInvalidConfig(t *testing.T) {
 	}
 }
 
-// The unfinished lifecycle says so, Permanent, after the checks that are
-// done (ctx, ID); it never fakes success.
-func TestLifecycleNotImplementedYet(t *testing.T) {
+// A malformed ID is Permanent and an ended ctx Transient, before any dial.
+func TestLifecycleRefusesBeforeDialling(t *testing.T) {
 	p := newFakeProvider(t, newFakeHost("h1"))
 	b := provider.WithBoundary("vms", TypeKVM2, p)
 	ctx := context.Background()
-	id := formatID("h1", "proxy-a")
-	_, errCreate := b.Create(ctx, provider.CreateRequest{Name: "proxy-a", UID: "u"})
-	_, errGet := b.Get(ctx, id)
-	errDelete := b.Delete(ctx, id)
-	_, errList := b.ListByTag(ctx)
-	for op, err := range map[string]error{"create": errCreate, "get": errGet, "delete": errDelete, "list": errList} {
-		if !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), "not implemented yet") ||
-			!strings.Contains(err.Error(), `provider "vms": `+op) {
-			t.Errorf("%s: %v", op, err)
-		}
-	}
 	for _, bad := range []string{"x", "hosts/h1/domains/"} {
 		if _, err := b.Get(ctx, bad); !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), "malformed instance ID") {
 			t.Errorf("Get(%q): %v", bad, err)
@@ -57,10 +45,14 @@ func TestLifecycleNotImplementedYet(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := b.Get(cctx, id); !errors.Is(err, provider.ErrTransient) {
+	if _, err := b.Get(cctx, formatID("h1", "proxy-a")); !errors.Is(err, provider.ErrTransient) {
 		t.Errorf("Get with an ended ctx: %v", err)
 	}
+	if _, err := b.Create(ctx, provider.CreateRequest{Name: "proxy-a", UID: "u", Placement: provider.Placement{Zone: "nope"}}); !errors.Is(err, provider.ErrPermanent) ||
+		!strings.Contains(err.Error(), `placement.zone "nope" names no host`) {
+		t.Errorf("Create on an unknown zone: %v", err)
+	}
 	if len(p.table.entries) != 0 {
-		t.Error("a lifecycle call that does nothing dialled a host")
+		t.Error("a call refused before any I/O dialled a host")
 	}
 }

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/kubernetes"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/libvirt"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/local"
 )
 
@@ -14,5 +15,12 @@ func DefaultTypes() map[string]Type {
 		// kubernetes runs Squid Pods in the operator's cluster: ready in
 		// seconds.
 		"kubernetes": TypeOf(kubernetes.Parse, kubernetes.New, kubernetes.PollInterval),
+		// kvm and kvm2 run QEMU VMs on libvirt hosts over SSH: one
+		// implementation under both names (the seeds' two libvirt
+		// providers), which mark their instances alike, so an entry
+		// switched between them keeps its instances. Ready in a minute or
+		// two (an image download first, once per host).
+		libvirt.TypeKVM:  TypeOf(libvirt.Parse, libvirt.New, libvirt.PollInterval),
+		libvirt.TypeKVM2: TypeOf(libvirt.Parse, libvirt.New, libvirt.PollInterval),
 	}
 }
