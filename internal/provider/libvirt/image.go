@@ -84,24 +84,15 @@ func imageDigest(img imageRef) string { return strings.ToLower(img.SHA256) }
 // digest names the content, so two catalogue keys for the same image share
 // one volume, and a changed image never reuses a stale one.
 func imageVolumeName(img imageRef) string {
-	return imageVolumePrefix + imageDigest(img) + "." + img.Format
+	format := img.Format
+	if format == "" {
+		format = DefaultImageFormat
+	}
+	return imageVolumePrefix + imageDigest(img) + "." + format
 }
 
 func imageMarkerName(img imageRef) string {
 	return imageVolumePrefix + imageDigest(img) + imageMarkerSuffix
-}
-
-// imageName is how messages and progress name an image: its catalogue key,
-// else its URL's host and path (never the query, which may hold a token).
-func imageName(img imageRef) string {
-	if img.Key != "" {
-		return img.Key
-	}
-	u, err := url.Parse(img.URL)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Host + u.Path
 }
 
 // redactURL is the URL as logs and messages show it: without userinfo,
@@ -144,21 +135,21 @@ func (p *Provider) cachedImage(ctx context.Context, b backend, pool libvirt.Stor
 func (p *Provider) imageDownloadSize(ctx context.Context, img imageRef) (int64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, img.URL, nil)
 	if err != nil {
-		return -1, provider.Errorf(provider.ErrPermanent, "image %s: URL %s: %v", imageName(img), redactURL(img.URL), err)
+		return -1, provider.Errorf(provider.ErrPermanent, "image %s: URL %s: %v", img.display(), redactURL(img.URL), err)
 	}
 	resp, err := p.http.Do(req)
 	if err != nil {
-		return -1, httpFailure(ctx, err, "image %s: HEAD %s", imageName(img), redactURL(img.URL))
+		return -1, httpFailure(ctx, err, "image %s: HEAD %s", img.display(), redactURL(img.URL))
 	}
 	_ = resp.Body.Close()
 	switch code := resp.StatusCode; {
 	case code == http.StatusNotFound || code == http.StatusGone:
-		return -1, provider.Errorf(provider.ErrPermanent, "image %s: HEAD %s: %s", imageName(img), redactURL(img.URL), resp.Status)
+		return -1, provider.Errorf(provider.ErrPermanent, "image %s: HEAD %s: %s", img.display(), redactURL(img.URL), resp.Status)
 	case code >= 200 && code < 300 && resp.ContentLength > 0:
 		return resp.ContentLength, nil
 	default:
 		logr.FromContextOrDiscard(ctx).V(1).Info("image size unknown: the server announced none",
-			"image", imageName(img), "url", redactURL(img.URL), "status", resp.Status)
+			"image", img.display(), "url", redactURL(img.URL), "status", resp.Status)
 		return -1, nil
 	}
 }
@@ -179,21 +170,21 @@ func (p *Provider) ensureImage(ctx context.Context, h Host, b backend, pool libv
 	}
 	vol, found, err := p.cachedImage(ctx, b, pool, img)
 	if err != nil || found {
-		return vol, imageError(err, "image %s on host %s: looking up the cache", imageName(img), h.Name)
+		return vol, imageError(err, "image %s on host %s: looking up the cache", img.display(), h.Name)
 	}
 	unlock, err := p.images.Lock(ctx, h.Name+"/"+imageDigest(img))
 	if err != nil {
 		return libvirt.StorageVol{}, provider.Errorf(provider.ErrTransient,
-			"image %s on host %s: waiting for its download by another Create: %w", imageName(img), h.Name, err)
+			"image %s on host %s: waiting for its download by another Create: %w", img.display(), h.Name, err)
 	}
 	defer unlock()
 	// A caller that held the lock before us may have finished it.
 	vol, found, err = p.cachedImage(ctx, b, pool, img)
 	if err != nil || found {
-		return vol, imageError(err, "image %s on host %s: looking up the cache", imageName(img), h.Name)
+		return vol, imageError(err, "image %s on host %s: looking up the cache", img.display(), h.Name)
 	}
 	if err := p.clearImage(ctx, h, b, pool, img); err != nil {
-		return libvirt.StorageVol{}, imageError(err, "image %s on host %s: removing a cut-off download", imageName(img), h.Name)
+		return libvirt.StorageVol{}, imageError(err, "image %s on host %s: removing a cut-off download", img.display(), h.Name)
 	}
 	if err := p.downloadImage(ctx, h, b, pool, img, progress); err != nil {
 		return libvirt.StorageVol{}, err
@@ -204,11 +195,11 @@ func (p *Provider) ensureImage(ctx context.Context, h Host, b backend, pool libv
 	}
 	if _, err := b.StorageVolCreateXML(ctx, pool, x); err != nil && !hasCode(err, libvirt.ErrStorageVolExist) {
 		// The image stays, unmarked: the next call downloads it again.
-		return libvirt.StorageVol{}, imageError(err, "image %s on host %s: writing the completion marker %s", imageName(img), h.Name, imageMarkerName(img))
+		return libvirt.StorageVol{}, imageError(err, "image %s on host %s: writing the completion marker %s", img.display(), h.Name, imageMarkerName(img))
 	}
 	vol, err = b.StorageVolLookupByName(ctx, pool, imageVolumeName(img))
 	if err != nil {
-		return libvirt.StorageVol{}, imageError(err, "image %s on host %s: the downloaded volume %s", imageName(img), h.Name, imageVolumeName(img))
+		return libvirt.StorageVol{}, imageError(err, "image %s on host %s: the downloaded volume %s", img.display(), h.Name, imageVolumeName(img))
 	}
 	return vol, nil
 }
@@ -225,7 +216,7 @@ func (p *Provider) clearImage(ctx context.Context, h Host, b backend, pool libvi
 		if err != nil {
 			return err
 		}
-		logr.FromContextOrDiscard(ctx).V(1).Info("removing an incomplete image download", "host", h.Name, "image", imageName(img), "volume", name)
+		logr.FromContextOrDiscard(ctx).V(1).Info("removing an incomplete image download", "host", h.Name, "image", img.display(), "volume", name)
 		if err := b.StorageVolDelete(ctx, vol); err != nil && !errors.Is(err, provider.ErrNotFound) {
 			return err
 		}
@@ -238,7 +229,7 @@ func (p *Provider) clearImage(ctx context.Context, h Host, b backend, pool libvi
 // refreshes the pool so libvirt reads the size and format of what was
 // written. On any failure the volume is removed again.
 func (p *Provider) downloadImage(ctx context.Context, h Host, b backend, pool libvirt.StoragePool, img imageRef, progress func(string)) (err error) {
-	name, where := imageName(img), redactURL(img.URL)
+	name, where := img.display(), redactURL(img.URL)
 	volName := imageVolumeName(img)
 	fail := func(class error, format string, args ...any) error {
 		return provider.Errorf(class, "image %s on host %s: "+format, append([]any{name, h.Name}, args...)...)

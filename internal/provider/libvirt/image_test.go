@@ -776,6 +776,49 @@ func TestImageDownloadLogsNoQueryAndNoBody(t *testing.T) {
 	}
 }
 
+// The pool's own failures keep their class (a full pool is
+// QuotaExceeded), except NotFound: a volume that vanished under the
+// download is Transient, since Create never answers NotFound. Either way
+// nothing is left.
+func TestImagePoolFailuresKeepTheirClassButNeverNotFound(t *testing.T) {
+	for _, tc := range []struct {
+		rpc   string
+		err   error
+		class error
+	}{
+		{"StorageVolCreateXML", lvErr(libvirt.ErrSystemError, "cannot allocate 1 bytes in file 'x': No space left on device"), provider.ErrQuotaExceeded},
+		{"StorageVolUpload", lvErr(libvirt.ErrSystemError, "cannot write: No space left on device"), provider.ErrQuotaExceeded},
+		{"StorageVolUpload", lvErr(libvirt.ErrNoStorageVol, "Storage volume not found: no storage vol with matching name"), provider.ErrTransient},
+		{"StoragePoolRefresh", lvErr(libvirt.ErrInternalError, "internal error: pool busy"), provider.ErrTransient},
+	} {
+		t.Run(tc.rpc+"/"+provider.ClassName(&provider.Error{Class: tc.class}), func(t *testing.T) {
+			f := newImageFixture(t, 10<<10, nil)
+			f.h.failNext(tc.rpc, tc.err)
+			_, err := f.ensure(withinTest(t), nil)
+			if provider.ClassOf(err) != tc.class || !strings.Contains(err.Error(), "image debian-12 on host h1") {
+				t.Fatalf("%v: class %s, want %v, naming the image and host", err, provider.ClassName(err), tc.class)
+			}
+			if v := f.volumes(); len(v) != 0 {
+				t.Fatalf("pool holds %v", v)
+			}
+		})
+	}
+}
+
+// A server whose certificate the operator does not trust stays so:
+// Permanent.
+func TestImageUntrustedCertificateIsPermanent(t *testing.T) {
+	f := newImageFixture(t, 1000, nil)
+	tlsSrv := httptest.NewTLSServer(http.NotFoundHandler())
+	defer tlsSrv.Close()
+	f.p.http = newImageClient() // trusts the system's roots, not the test server's
+	f.img.URL = tlsSrv.URL + "/debian-12.qcow2?token=s3cr3t"
+	_, err := f.ensure(withinTest(t), nil)
+	if !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), "s3cr3t") {
+		t.Fatalf("%v, want Permanent about the certificate, without the query", err)
+	}
+}
+
 // imageDownloadSize: the HEAD's Content-Length, -1 without one or when the
 // server refuses HEAD, Permanent for 404 and 410, Transient when the
 // server cannot be reached.
