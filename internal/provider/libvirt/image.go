@@ -172,6 +172,9 @@ func (p *Provider) ensureImage(ctx context.Context, h Host, b backend, pool libv
 	if err != nil || found {
 		return vol, imageError(err, "image %s on host %s: looking up the cache", img.display(), h.Name)
 	}
+	// Said before the waits (another Create's download, the server's
+	// answer), so the Proxy shows what it waits for from the start.
+	progress("downloading image " + img.display() + ": waiting for the server")
 	unlock, err := p.images.Lock(ctx, h.Name+"/"+imageDigest(img))
 	if err != nil {
 		return libvirt.StorageVol{}, provider.Errorf(provider.ErrTransient,

@@ -333,7 +333,7 @@ func TestImageDownloadWithContentLength(t *testing.T) {
 // Seed gap (kvm2): "Content-Length is required for image downloads". A
 // server that streams without one (chunked) is downloaded to its end,
 // into a volume created with a placeholder capacity, and verified.
-func TestImageDownloadWithoutContentLength(t *testing.T) {
+func TestGapContentLengthRequiredForImageDownloads(t *testing.T) {
 	const size = 3<<20 + 777
 	f := newImageFixture(t, size, func(f *imageFixture, w http.ResponseWriter, r *http.Request) {
 		for off := 0; off < size; off += 64 << 10 {
@@ -633,7 +633,8 @@ func TestImageDownloadProgress(t *testing.T) {
 		if _, err := f.ensure(withinTest(t), func(s string) { got = append(got, s) }); err != nil {
 			t.Fatal(err)
 		}
-		want := []string{"downloading image debian-12: 0.0/5.0 MiB", "downloading image debian-12: 5.0/5.0 MiB"}
+		want := []string{"downloading image debian-12: waiting for the server",
+			"downloading image debian-12: 0.0/5.0 MiB", "downloading image debian-12: 5.0/5.0 MiB"}
 		if !slices.Equal(got, want) {
 			t.Fatalf("progress %q, want %q", got, want)
 		}
@@ -665,6 +666,11 @@ func TestImageDownloadProgress(t *testing.T) {
 			if _, err := f.ensure(withinTest(t), func(s string) { got = append(got, s) }); err != nil {
 				t.Fatal(err)
 			}
+			// Before any byte: what the download waits for.
+			if len(got) == 0 || !strings.HasSuffix(got[0], ": waiting for the server") {
+				t.Fatalf("first progress %q, want the wait for the server", got)
+			}
+			got = got[1:]
 			if len(got) < 3 || len(got) > 2+5 {
 				t.Fatalf("%d progress lines, want the first, one per MiB at most, and the final: %q", len(got), got)
 			}

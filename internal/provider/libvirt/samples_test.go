@@ -206,7 +206,7 @@ func readSamples(t *testing.T) []sampleProxy {
 	return samples
 }
 
-func TestSamplesMatchProvidersConfig(t *testing.T) {
+func TestGapSampleNamesAHostItsConfigDoesNotDefine(t *testing.T) {
 	samples := readSamples(t)
 	// Every libvirt sample must be checked: proxy_kvm.yaml names a kvm
 	// entry, proxy_kvm2.yaml a kvm2 entry, of every shipped config.
