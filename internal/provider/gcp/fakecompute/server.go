@@ -110,10 +110,9 @@ func WithClock(now func() time.Time) Option {
 	return func(s *Server) { s.now = now }
 }
 
-// New returns a fake with DefaultCatalogue, no instances, the default
-// firewall-free networks and the default knobs: operations DONE on their
-// second poll, instances advancing on each GET, quota failures
-// asynchronous.
+// New returns a fake with DefaultCatalogue, no instances and no firewall
+// rules, and the default knobs: operations DONE on their second poll,
+// instances advancing on each GET, quota failures asynchronous.
 func New(opts ...Option) *Server {
 	s := &Server{ix: newIndex(DefaultCatalogue()), now: time.Now}
 	for _, o := range opts {
