@@ -81,6 +81,21 @@ func TestFirewallLifecycle(t *testing.T) {
 		fw.GetTargetTags()[0] != "egress-proxy-6f1c2a" {
 		t.Fatalf("after patch %v", fw)
 	}
+	// Update (PUT) replaces the whole rule.
+	repl := rule("egress-a-3128")
+	repl.TargetTags = nil
+	repl.Allowed[0].Ports = []string{"8080-8081"}
+	uop, err := e.fw.Update(e.ctx, &computepb.UpdateFirewallRequest{Project: project, Firewall: "egress-a-3128", FirewallResource: repl})
+	if err != nil || uop.Proto().GetOperationType() != "update" {
+		t.Fatalf("update: %v", err)
+	}
+	if err := uop.Wait(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	fw, _ = e.getRule("egress-a-3128")
+	if fw.GetAllowed()[0].GetPorts()[0] != "8080-8081" || len(fw.GetTargetTags()) != 0 || strings.Join(fw.GetSourceRanges(), ",") != "10.0.0.0/8" {
+		t.Fatalf("after update %v", fw)
+	}
 	if err := e.insertRule(rule("egress-b-3128")); err != nil {
 		t.Fatal(err)
 	}
