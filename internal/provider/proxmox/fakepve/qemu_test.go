@@ -72,7 +72,9 @@ func TestCloneRefusals(t *testing.T) {
 		VM{VMID: 150, Node: "pve1", Config: []KV{{"name", "plain"}, {"scsi0", "local-lvm:vm-150-disk-0,size=4G"}}},
 	)
 	e := newEnv(t, WithWorld(w))
-	clone := func(src string, kv ...string) reply { return e.do("POST", "/nodes/pve1/qemu/"+src+"/clone", form(kv...)) }
+	clone := func(src string, kv ...string) reply {
+		return e.do("POST", "/nodes/pve1/qemu/"+src+"/clone", form(kv...))
+	}
 
 	if r := clone("9000", "newid", "101"); r.line != "500 unable to create VM 101: config file already exists" {
 		t.Fatalf("clone onto a VMID taken on this node: %s", r.line)
