@@ -842,13 +842,19 @@ func freeDiskName(st *storeInst, vmid int) string {
 	}
 }
 
-// cloneSpaceError is how a full clone that does not fit fails: LVM's
-// alloc_image checks the free space itself (in bytes against a size in
-// KiB, as LVMPlugin.pm compares them); other storages fail in qemu-img's
-// copy, whose error only the task log shows.
+// cloneSpaceError is how a full clone that does not fit fails. LVM's
+// alloc_image compares the VG's free bytes with the size in KiB
+// (LVMPlugin.pm "not enough free space ($free < $size)"), which only a
+// nearly full VG fails; otherwise lvcreate does, with LVM's message (4 MiB
+// extents). Other storages fail in qemu-img's copy, whose error only the
+// task log shows.
 func cloneSpaceError(t *task, to, from *storeInst, srcVol, newVol string, need int64) string {
 	if to.def.Type == "lvm" {
-		return fmt.Sprintf("clone failed: not enough free space (%d < %d)", to.avail(), need/1024)
+		if to.avail() < need/1024 {
+			return fmt.Sprintf("clone failed: not enough free space (%d < %d)", to.avail(), need/1024)
+		}
+		return fmt.Sprintf("clone failed: lvcreate 'pve/%s' error:   Volume group \"pve\" has insufficient free space (%d extents): %d required.",
+			lastSegment(newVol), to.avail()>>22, (need+(1<<22)-1)>>22)
 	}
 	t.log(fmt.Sprintf("qemu-img: error while writing at byte %d: No space left on device", to.avail()))
 	return fmt.Sprintf("clone failed: copy failed: command '/usr/bin/qemu-img convert -p -n -f raw -O raw %s %s' failed: exit code 1",

@@ -390,7 +390,9 @@ func parseMultipart(body []byte, boundary string) (map[string]string, *upload, e
 		if err != nil {
 			return nil, nil, err
 		}
-		if fn := p.FileName(); fn != "" {
+		// The file name as sent (Part.FileName would cut its directories).
+		_, disp, _ := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
+		if fn := disp["filename"]; fn != "" {
 			if p.FormName() != "filename" {
 				return nil, nil, fmt.Errorf("wrong field name for file upload")
 			}
