@@ -400,6 +400,10 @@ func configPriv(key, value string) string {
 	return "VM.Config.HWType"
 }
 
+// configMetaParams are update parameters that are not config options.
+var configMetaParams = map[string]bool{"node": true, "vmid": true, "digest": true, "delete": true, "revert": true,
+	"skiplock": true, "force": true, "background_delay": true}
+
 // vmConfigSet is update_vm_api: POST (async, qmconfig task) or PUT (sync,
 // under the config lock in the request).
 func (s *Server) vmConfigSet(c *call) (any, *Error) {
@@ -415,11 +419,9 @@ func (s *Server) vmConfigSet(c *call) (any, *Error) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		switch k {
-		case "node", "vmid", "digest", "delete", "revert", "skiplock", "force", "background_delay":
-			continue
+		if !configMetaParams[k] {
+			set = append(set, KV{k, c.p[k]})
 		}
-		set = append(set, KV{k, c.p[k]})
 	}
 	var del []string
 	for _, k := range splitList(c.p["delete"]) {
@@ -429,7 +431,7 @@ func (s *Server) vmConfigSet(c *call) (any, *Error) {
 		if _, ok := set.get(k); ok {
 			return nil, ParamErrors(map[string]string{"delete": fmt.Sprintf("you can't use '-%s' and -delete %s' at the same time", k, k)})
 		}
-		if _, ok := vmConfigParams[k]; !ok && !reUnused.MatchString(k) {
+		if _, ok := vmConfigParams[k]; (!ok || configMetaParams[k]) && !reUnused.MatchString(k) {
 			return nil, ParamErrors(map[string]string{"delete": fmt.Sprintf("unknown option '%s'", k)})
 		}
 		del = append(del, k)
@@ -553,18 +555,16 @@ func (s *Server) vmConfigSet(c *call) (any, *Error) {
 		params = append(params, "-delete", strings.Join(del, ","))
 	}
 	t.log(fmt.Sprintf("update VM %d: %s", vmid, strings.Join(params, " ")))
-	var pending *Error
 	t.check = func() string {
 		v, e := loadAndCheck()
 		if e != nil {
 			return e.Message
 		}
-		// The drive checks run in the worker: remember and fail at the end.
+		// create_disks runs in the worker: a drive that cannot be set fails it.
 		trial := *v
 		trial.conf = v.conf.clone()
-		pending = apply(&trial)
-		if pending != nil {
-			return pending.Message
+		if e := apply(&trial); e != nil {
+			return e.Message
 		}
 		return ""
 	}
@@ -941,7 +941,9 @@ func (s *Server) resizeVM(c *call) (any, *Error) {
 			}
 			return fmt.Sprintf("command '/sbin/lvextend -L%dk %s/%s' failed: exit code 5", n/1024, "pve", lastSegment(volname))
 		}
-		t.log(fmt.Sprintf("  Size of logical volume pve/%s changed from %s to %s.", lastSegment(volname), renderBytes(vol.Size), renderBytes(n)))
+		if strings.HasPrefix(st.def.Type, "lvm") {
+			t.log(fmt.Sprintf("  Size of logical volume pve/%s changed from %s to %s.", lastSegment(volname), renderBytes(vol.Size), renderBytes(n)))
+		}
 		apply = func() {
 			vol.Size = n
 			d.setOpt("size", formatSize(n))
@@ -1134,6 +1136,31 @@ func (s *Server) vmResume(c *call) (any, *Error) {
 
 // ---- destroy ----
 
+// baseInUse is the first of the template's base volumes a linked clone
+// uses (its volname is "base-<vmid>-disk-<n>/vm-...").
+func (s *Server) baseInUse(tpl *vm) string {
+	for _, other := range s.vms {
+		if other == tpl {
+			continue
+		}
+		for _, kv := range other.conf {
+			if !isDriveKey(kv.Key) {
+				continue
+			}
+			d, ok := parseDrive(kv.Value)
+			if !ok {
+				continue
+			}
+			if sid, volname, ok := splitVolid(d.file); ok && strings.HasPrefix(volname, fmt.Sprintf("base-%d-disk-", tpl.vmid)) {
+				if base, _, linked := strings.Cut(volname, "/"); linked {
+					return sid + ":" + base
+				}
+			}
+		}
+	}
+	return ""
+}
+
 func (s *Server) destroyVM(c *call) (any, *Error) {
 	if e := s.rootOnly(c, "skiplock"); e != nil {
 		return nil, e
@@ -1167,15 +1194,8 @@ func (s *Server) destroyVM(c *call) (any, *Error) {
 			return Locked(l).Message
 		}
 		if v.isTemplate() {
-			for _, other := range s.vms {
-				for _, kv := range other.conf {
-					if strings.Contains(kv.Value, fmt.Sprintf("base-%d-disk-", vmid)+"") && other != v &&
-						strings.Contains(kv.Value, "/vm-") {
-						d, _ := parseDrive(kv.Value)
-						base, _, _ := strings.Cut(d.file, "/")
-						return fmt.Sprintf("base volume '%s' is still in use by linked cloned", base)
-					}
-				}
+			if base := s.baseInUse(v); base != "" {
+				return fmt.Sprintf("base volume '%s' is still in use by linked cloned", base)
 			}
 		}
 		return ""

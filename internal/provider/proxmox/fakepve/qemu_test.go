@@ -144,6 +144,10 @@ func TestParallelLinkedClones(t *testing.T) {
 	if cfg["scsi0"] != "local-lvm:base-9000-disk-0/vm-105-disk-0,iothread=1,size=3G" || cfg["name"] != "egress-4" {
 		t.Fatalf("linked clone config: %v", cfg)
 	}
+	del := e.ok("DELETE", "/nodes/pve1/qemu/9000", nil).dataString(t)
+	if ex := e.wait("pve1", del); ex != "base volume 'local-lvm:base-9000-disk-0' is still in use by linked cloned" {
+		t.Fatalf("destroy of a template with linked clones: %q", ex)
+	}
 }
 
 func TestConfigLocksAndDigest(t *testing.T) {
@@ -424,5 +428,31 @@ func TestAgentStates(t *testing.T) {
 	e.s.Advance(2)
 	if r := agent(101); r.status != 200 {
 		t.Fatalf("after the boot steps passed: %s", r.line)
+	}
+}
+
+// Workers that need a cloning VM's config lock wait for the clone's task:
+// a destroy right after the clone request runs once the clone ended, or
+// gives up after the lock wait.
+func TestWorkersWaitForTheCloneLock(t *testing.T) {
+	e := newEnv(t)
+	e.s.SetTaskPolls("qmclone", 4)
+	clone := e.ok("POST", "/nodes/pve1/qemu/9000/clone", form("newid", "101", "name", "egress-a")).dataString(t)
+	del := e.ok("DELETE", "/nodes/pve1/qemu/101", form("purge", "1")).dataString(t)
+	if st := taskStatus(t, e, del); st["status"] != "running" {
+		t.Fatalf("destroy during the clone: %v", st)
+	}
+	e.waitOK("pve1", clone)
+	e.waitOK("pve1", del)
+	if _, ok := e.s.VM(101); ok {
+		t.Fatalf("VM 101 survived the destroy that waited for its clone")
+	}
+
+	e.s.SetTaskPolls("qmclone", 20)
+	e.s.SetLockWaitPolls(3)
+	e.ok("POST", "/nodes/pve1/qemu/9000/clone", form("newid", "102", "name", "egress-b"))
+	start := e.ok("POST", "/nodes/pve1/qemu/102/status/start", nil).dataString(t)
+	if ex := e.wait("pve1", start); ex != "can't lock file '/var/lock/qemu-server/lock-102.conf' - got timeout" {
+		t.Fatalf("start during a long clone: %q", ex)
 	}
 }

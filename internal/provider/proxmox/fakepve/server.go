@@ -411,18 +411,16 @@ func (s *Server) handle(req *request) (any, *int, *Error) {
 	}
 	if rt.proxy {
 		n := c.p["node"]
-		if n != "localhost" && n != s.nodes[0] {
-			if !s.hasNode(n) {
-				return nil, nil, NoSuchNode(n)
-			}
-			if e := s.offline[n]; e != nil {
-				return nil, nil, e
-			}
+		if n == "localhost" {
+			n = s.nodes[0]
+		}
+		if !s.hasNode(n) {
+			return nil, nil, NoSuchNode(n)
+		}
+		if e := s.offline[n]; e != nil {
+			return nil, nil, e
 		}
 		c.node = n
-		if n == "localhost" {
-			c.node = s.nodes[0]
-		}
 	}
 	if errs := rt.params.validate(c.p); len(errs) > 0 {
 		return nil, nil, ParamErrors(errs)

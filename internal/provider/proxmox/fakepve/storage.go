@@ -440,6 +440,10 @@ func (s *Server) uploadFile(c *call) (any, *Error) {
 	}
 	node := c.p["node"]
 	if node != s.nodes[0] {
+		// The upload is not proxied: the file goes on with ssh/scp.
+		if !s.hasNode(node) {
+			return nil, NoSuchNode(node)
+		}
 		if e := s.offline[node]; e != nil {
 			return nil, die("can't activate storage '%s' on node '%s': command '/usr/bin/ssh -e none -o 'BatchMode=yes' %s -- /usr/sbin/pvesm status --storage %s' failed: exit code 255\n",
 				st.def.ID, node, node, st.def.ID)
