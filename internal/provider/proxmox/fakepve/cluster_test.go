@@ -195,3 +195,18 @@ func TestConcurrentClients(t *testing.T) {
 		t.Fatalf("%d volumes left on local-lvm, want the template's", n)
 	}
 }
+
+// VMs are listed as Perl's `sort keys` orders them: as strings.
+func TestResourcesOrder(t *testing.T) {
+	w := DefaultWorld()
+	w.VMs = append(w.VMs, VM{VMID: 999, Node: "pve1"}, VM{VMID: 1000, Node: "pve1"}, VM{VMID: 100000, Node: "pve1"})
+	e := newEnv(t, WithWorld(w))
+	var ids []string
+	for _, x := range e.ok("GET", "/cluster/resources", nil).data(t).([]any) {
+		ids = append(ids, x.(map[string]any)["id"].(string))
+	}
+	want := "qemu/1000,qemu/100000,qemu/9000,qemu/999,node/pve1,storage/pve1/local,storage/pve1/local-lvm"
+	if strings.Join(ids, ",") != want {
+		t.Fatalf("order %v, want %s", ids, want)
+	}
+}

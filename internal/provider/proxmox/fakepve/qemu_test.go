@@ -299,6 +299,15 @@ func TestMigration(t *testing.T) {
 		t.Fatalf("resources after the migration: %v", r)
 	}
 	e.ok("GET", "/nodes/pve2/qemu/101/status/current", nil)
+	listed := func(node string) (ids []string) {
+		for _, x := range e.ok("GET", "/nodes/"+node+"/qemu", nil).data(t).([]any) {
+			ids = append(ids, fmt.Sprint(x.(map[string]any)["vmid"]))
+		}
+		return ids
+	}
+	if a, b := listed("pve1"), listed("pve2"); fmt.Sprint(a) != "[9000]" || fmt.Sprint(b) != "[101]" {
+		t.Fatalf("qemu lists: pve1 %v pve2 %v", a, b)
+	}
 	if len(e.s.Volumes("pve2", "local-lvm")) != 1 || len(e.s.Volumes("pve1", "local-lvm")) != 1 {
 		t.Fatalf("local disk not moved: pve1 %v pve2 %v", e.s.Volumes("pve1", "local-lvm"), e.s.Volumes("pve2", "local-lvm"))
 	}

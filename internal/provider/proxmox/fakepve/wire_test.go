@@ -6,6 +6,8 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -340,4 +342,31 @@ func TestNodeProxy(t *testing.T) {
 	e.ok("GET", "/nodes/pve1/status", nil)
 	e.s.SetNodeOffline("pve2", nil)
 	e.ok("GET", "/nodes/pve2/qemu/201/status/current", nil)
+}
+
+// The fake's certificate verifies through CertPool or the PEM a CA file
+// holds; a client without it fails verification as against a PVE with its
+// self-signed certificate.
+func TestTLSVerification(t *testing.T) {
+	e := newEnv(t)
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(e.s.CACertPEM()) {
+		t.Fatal("CACertPEM is not a PEM certificate")
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer hc.CloseIdleConnections()
+	req, _ := http.NewRequest("GET", e.s.URL()+"/version", nil)
+	req.Header.Set("Authorization", e.tok)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("with the PEM: %v", err)
+	}
+	resp.Body.Close()
+	bare := &http.Client{Transport: &http.Transport{}}
+	defer bare.CloseIdleConnections()
+	_, err = bare.Get(e.s.URL() + "/version")
+	var uerr x509.UnknownAuthorityError
+	if !errors.As(err, &uerr) {
+		t.Fatalf("without the CA: %v, want an x509.UnknownAuthorityError", err)
+	}
 }
