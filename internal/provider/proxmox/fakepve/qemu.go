@@ -573,7 +573,11 @@ func (s *Server) vmConfigSet(c *call) (any, *Error) {
 			_ = apply(v)
 		}
 	}
-	return s.launch(t), nil
+	upid := s.launch(t)
+	if d := c.p["background_delay"]; d != "" {
+		return s.waitBriefly(t, d, fmt.Sprintf("failed to update VM %d: %%s", vmid))
+	}
+	return upid, nil
 }
 
 func randomMAC() string {

@@ -196,6 +196,21 @@ func TestConfigLocksAndDigest(t *testing.T) {
 	}
 	e.waitOK("pve1", stop)
 
+	// background_delay: null when the task ends within it, its error when
+	// it fails, the UPID when it still runs.
+	if r := e.ok("POST", "/nodes/pve1/qemu/101/config", form("cores", "6", "background_delay", "5")); string(r.body) != `{"data":null}` {
+		t.Fatalf("background_delay, done in time: %s", r.body)
+	}
+	if r := e.do("POST", "/nodes/pve1/qemu/101/config", form("ide2", "local:iso/none.iso,media=cdrom", "background_delay", "5")); r.line != "500 failed to update VM 101: volume local:iso/none.iso does not exist" {
+		t.Fatalf("background_delay, failed: %s", r.line)
+	}
+	e.s.SetTaskPolls("qmconfig", 9)
+	if r := e.ok("POST", "/nodes/pve1/qemu/101/config", form("cores", "7", "background_delay", "2")); !strings.HasPrefix(r.dataString(t), "UPID:") {
+		t.Fatalf("background_delay, still running: %s", r.body)
+	}
+	e.s.SetTaskPolls("qmconfig", 2)
+	e.s.Settle()
+
 	// The ISO a drive names is looked up in the worker.
 	up := e.ok("POST", "/nodes/pve1/qemu/101/config", form("ide2", "local:iso/missing.iso,media=cdrom")).dataString(t)
 	if ex := e.wait("pve1", up); ex != "volume local:iso/missing.iso does not exist" {

@@ -380,7 +380,11 @@ func (s *Server) deleteVolume(c *call) (any, *Error) {
 		delete(st.vols, volname)
 		t.log("Removed volume '" + volid + "'")
 	}
-	return s.launch(t), nil
+	upid := s.launch(t)
+	if d := c.p["delay"]; d != "" {
+		return s.waitBriefly(t, d, "%s")
+	}
+	return upid, nil
 }
 
 func (s *Server) volumePath(st *storeInst, volname string) string {

@@ -205,6 +205,25 @@ func (s *Server) end(t *task, errMsg string) {
 	}
 }
 
+// waitBriefly is the background_delay/delay parameter of config updates and
+// volume deletes: PVE waits up to that many seconds (a poll each here) and
+// answers null when the task ended well, dies with its status when it
+// failed, and answers the UPID when it still runs. failFmt wraps the
+// status ("%s" for none).
+func (s *Server) waitBriefly(t *task, delay string, failFmt string) (any, *Error) {
+	n := atoi(delay)
+	for i := 0; i < n && t.state != taskDone; i++ {
+		s.poll(t)
+	}
+	if t.state != taskDone {
+		return t.upid, nil
+	}
+	if t.exit == "OK" || strings.HasPrefix(t.exit, "WARNINGS: ") {
+		return nil, nil
+	}
+	return nil, die(failFmt+"\n", t.exit)
+}
+
 // ---- knobs ----
 
 // SetTaskPolls sets how many polls tasks of type (qmclone, qmconfig,
