@@ -15,7 +15,8 @@
 // Paths under /api2/json: GET /version; GET /nodes; GET /nodes/{node}/status;
 // GET /cluster/resources (?type=vm|node|storage); GET /cluster/nextid
 // (?vmid=); GET /access/permissions (?path=, ?userid=); GET
-// /nodes/{node}/qemu; GET, POST (async, a qmconfig task) and PUT (sync)
+// /nodes/{node}/qemu; GET, POST (async, a qmconfig task; with
+// background_delay null when it ends in time) and PUT (sync)
 // /nodes/{node}/qemu/{vmid}/config; POST .../clone; PUT .../resize; GET
 // .../status/current; POST .../status/start, stop, shutdown, suspend (pause,
 // or hibernate with todisk=1), resume; DELETE /nodes/{node}/qemu/{vmid}
