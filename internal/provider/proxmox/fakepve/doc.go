@@ -79,8 +79,9 @@
 // log grows as the worker's would (a full clone prints qemu-img's
 // "transferred 1.5 GiB of 3.0 GiB (50.00%)" each poll) and ends "TASK OK",
 // "TASK WARNINGS: <n>" or "TASK ERROR: <msg>". A worker that dies on its
-// first checks (start of a running VM or a template, destroy of a locked
-// VM, resize of a missing disk, attaching a missing ISO) has ended before
+// first checks (start of a running VM, of a template, or with a volume
+// its config names deleted; destroy of a locked VM; resize of a missing
+// disk; attaching a missing ISO) has ended before
 // the first poll. Checks PVE runs before forking answer synchronously.
 //
 // Clones: refused synchronously for a missing or locked source, a VMID

@@ -111,9 +111,15 @@ func TestLifecycle(t *testing.T) {
 	if vols := e.s.Volumes("pve1", "local"); len(vols) != 1 || vols[0].Name != "iso/cidata-101.iso" {
 		t.Fatalf("local volumes %v: the seed ISO is the provider's to delete, destroy leaves it", vols)
 	}
+	// An ISO a VM names can be deleted; the VM then no longer starts.
+	e.waitOK("pve1", e.ok("POST", "/nodes/pve1/qemu/9000/clone", form("newid", "102", "name", "egress-b")).dataString(t))
+	e.ok("PUT", "/nodes/pve1/qemu/102/config", form("ide2", "local:iso/cidata-101.iso,media=cdrom"))
 	del2 := e.ok("DELETE", "/nodes/pve1/storage/local/content/"+url.PathEscape("local:iso/cidata-101.iso"), nil)
 	e.waitOK("pve1", del2.dataString(t))
 	if vols := e.s.Volumes("pve1", "local"); len(vols) != 0 {
 		t.Fatalf("ISO still there: %v", vols)
+	}
+	if ex := e.wait("pve1", e.ok("POST", "/nodes/pve1/qemu/102/status/start", nil).dataString(t)); ex != "volume 'local:iso/cidata-101.iso' does not exist" {
+		t.Fatalf("start with its ISO deleted: %q", ex)
 	}
 }

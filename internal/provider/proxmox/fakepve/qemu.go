@@ -995,6 +995,22 @@ func (s *Server) vmStart(c *call) (any, *Error) {
 		if v.running {
 			return fmt.Sprintf("VM %d already running", vmid)
 		}
+		// vm_start_nolock activates every volume the config names, ISOs
+		// included: a deleted seed ISO stops the start.
+		for _, kv := range v.conf {
+			if !reDriveKey.MatchString(kv.Key) {
+				continue
+			}
+			d, ok := parseDrive(kv.Value)
+			if !ok {
+				continue
+			}
+			if sid, volname, ok := splitVolid(d.file); ok {
+				if st := s.store(v.node, sid); st == nil || st.vols[volname] == nil {
+					return fmt.Sprintf("volume '%s' does not exist", d.file)
+				}
+			}
+		}
 		return ""
 	}
 	t.onEnd = func() {
