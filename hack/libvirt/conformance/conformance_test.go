@@ -598,8 +598,18 @@ func (b *backend) cleanup(t *testing.T) {
 		}
 	}
 	for id := range ids {
-		if err := p.Delete(ctx, id); err != nil {
-			t.Errorf("cleanup: Delete(%q): %v", id, err)
+		// As the reconciler does: a Transient answer (a volume libvirtd
+		// still allocates for a step Delete cancelled) is tried again.
+		var last error
+		testenv.EventuallyNilWithin(t, 2*time.Minute, "cleanup: Delete("+id+")", func() error {
+			last = p.Delete(ctx, id)
+			if last != nil && !errors.Is(last, provider.ErrTransient) {
+				return nil
+			}
+			return last
+		})
+		if last != nil {
+			t.Errorf("cleanup: Delete(%q): %v", id, last)
 		}
 	}
 	if err := p.Close(); err != nil {
@@ -613,8 +623,8 @@ func (b *backend) cleanup(t *testing.T) {
 	}
 	for _, d := range doms {
 		marks, err := s.marksOf(d)
-		if err != nil || marks == nil || marks.Installation != b.installation {
-			continue
+		if err != nil || marks == nil || !marks.Managed || marks.Installation != b.installation {
+			continue // not the provider's: planted ones are removed below
 		}
 		t.Errorf("the provider left domain %s (marks %+v) after deleting every instance of installation %s", d.Name, *marks, b.installation)
 		s.removeDomain(t, d.Name)
@@ -667,17 +677,17 @@ func (s *suite) removeVolumes(t *testing.T, match func(string) bool) []string {
 		if !match(name) {
 			continue
 		}
-		vol, err := s.l.StorageVolLookupByName(s.pool, name)
-		if libvirthost.IsError(err, libvirtrpc.ErrNoStorageVol) {
-			continue
-		}
-		if err == nil {
-			err = s.l.StorageVolDelete(vol, 0)
-		}
-		if err != nil && !libvirthost.IsError(err, libvirtrpc.ErrNoStorageVol) {
-			t.Errorf("deleting volume %s: %v", name, err)
-			continue
-		}
+		// A volume still being allocated cannot be deleted yet.
+		testenv.EventuallyNilWithin(t, 2*time.Minute, "deleting volume "+name, func() error {
+			vol, err := s.l.StorageVolLookupByName(s.pool, name)
+			if err == nil {
+				err = s.l.StorageVolDelete(vol, 0)
+			}
+			if err == nil || libvirthost.IsError(err, libvirtrpc.ErrNoStorageVol) {
+				return nil
+			}
+			return err
+		})
 		removed = append(removed, name)
 	}
 	return removed

@@ -169,7 +169,7 @@ func TestProxyEndToEnd(t *testing.T) {
 		}
 	})
 	volsBefore := libvirthost.VolumeNames(t, l, pool)
-	env := testenv.Start(t)
+	env := startControlPlane(t)
 	ctx := context.Background()
 	imageURL, downloads := libvirthost.ImageServer(t, guest)
 	block := h.ProviderConfig(h.Socket, imageURL, guest)
@@ -362,6 +362,23 @@ func switchType(t *testing.T, env *testenv.Env, op *operator.Operator, rec *call
 	}
 	t.Logf("entry lv switched from kvm to kvm2: Proxy still Ready on %s, the kvm2 provider reads it Running at %s, same domain %s (UUID %x)",
 		got.Status.ProviderID, got.Status.IP, again.Name, again.UUID)
+}
+
+// startControlPlane is testenv.Start for the host's namespace: its only
+// addresses are loopback ones and it has no default route, from which
+// kube-apiserver would derive its advertise address.
+func startControlPlane(t *testing.T) *testenv.Env {
+	t.Helper()
+	env, err := testenv.New(testenv.WithLogf(t.Logf), testenv.WithAdvertiseAddress("127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping the control plane: %v", err)
+		}
+	})
+	return env
 }
 
 func waitHealthy(t *testing.T, env *testenv.Env, name string) *egressv1.ProviderHealth {

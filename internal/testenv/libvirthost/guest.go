@@ -199,12 +199,12 @@ func GuestExec(t testing.TB, l *libvirt.Libvirt, d libvirt.Domain, path string, 
 	return string(out)
 }
 
-// VolumeNames are the pool's volumes, sorted, after a refresh.
+// VolumeNames are the pool's volumes, sorted, as libvirtd knows them. No
+// refresh: every volume of the tests is made and deleted through libvirt,
+// and libvirtd refuses a refresh while a volume is being built ("pool has
+// asynchronous jobs running"), which parallel tests always do somewhere.
 func VolumeNames(t testing.TB, l *libvirt.Libvirt, pool libvirt.StoragePool) []string {
 	t.Helper()
-	if err := l.StoragePoolRefresh(pool, 0); err != nil {
-		t.Fatal(err)
-	}
 	vols, _, err := l.StoragePoolListAllVolumes(pool, 1, 0)
 	if err != nil {
 		t.Fatal(err)
