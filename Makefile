@@ -50,7 +50,7 @@ vet: ## go vet ./...
 	$(GO) vet ./...
 
 .PHONY: install-test-deps
-install-test-deps: ## Install the Debian packages the tests use (squid, cloud-init, genisoimage, xorriso; root or sudo). SKIP_SQUID_TESTS=1 / SKIP_CLOUDINIT_TESTS=1 / SKIP_ISO_TESTS=1 leave one out.
+install-test-deps: ## Install the Debian packages the tests use (squid, cloud-init, genisoimage, xorriso, libvirt-clients, libxml2-utils; root or sudo). SKIP_SQUID_TESTS=1 / SKIP_CLOUDINIT_TESTS=1 / SKIP_ISO_TESTS=1 / SKIP_LIBVIRT_SCHEMA_TESTS=1 leave one out.
 	hack/install-test-deps.sh
 
 .PHONY: envtest-assets
@@ -142,6 +142,25 @@ install: manifests $(KUSTOMIZE) ## Install the CRDs into the cluster of the curr
 deploy: manifests $(KUSTOMIZE) ## Deploy the operator with config/default.
 	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
 	$(KUSTOMIZE) build config/default | kubectl apply -f -
+
+# make kvm-ssh-secret KVM_SSH_KEY=./id_ed25519 KVM_KNOWN_HOSTS=./known_hosts
+# Server-side apply, so no last-applied annotation keeps a second copy of the
+# key; only kubectl's one-line result is printed, never the files' content.
+KVM_SSH_KEY ?=
+KVM_KNOWN_HOSTS ?=
+KVM_SSH_NAMESPACE ?= egress-proxies-operator-system
+KUBECTL ?= kubectl
+
+.PHONY: kvm-ssh-secret
+kvm-ssh-secret: ## Create or update the kvm-ssh Secret (the kvm/kvm2 providers' SSH key and known_hosts) from the files KVM_SSH_KEY and KVM_KNOWN_HOSTS.
+	@test -n "$(KVM_SSH_KEY)" -a -r "$(KVM_SSH_KEY)" || { echo "KVM_SSH_KEY must name a readable file: the unencrypted private key the operator logs in with" >&2; exit 2; }
+	@test -n "$(KVM_KNOWN_HOSTS)" -a -r "$(KVM_KNOWN_HOSTS)" || { echo "KVM_KNOWN_HOSTS must name a readable known_hosts file pinning every host's key (docs/libvirt-provider.md)" >&2; exit 2; }
+	@$(KUBECTL) -n "$(KVM_SSH_NAMESPACE)" create secret generic kvm-ssh \
+		--type=kubernetes.io/ssh-auth \
+		--from-file=ssh-privatekey="$(KVM_SSH_KEY)" \
+		--from-file=known_hosts="$(KVM_KNOWN_HOSTS)" \
+		--dry-run=client -o yaml \
+	| $(KUBECTL) apply --server-side --field-manager=make-kvm-ssh-secret -f -
 
 .PHONY: build-installer
 build-installer: manifests $(KUSTOMIZE) ## Render config/default into dist/install.yaml.

@@ -6,9 +6,13 @@
 # - cloud-init, so that internal/provider/squid proves the generated
 #   cloud-config with the real `cloud-init schema`;
 # - genisoimage (isoinfo) and xorriso, so that internal/provider/nocloud
-#   reads its seed ISO back with real ISO readers.
+#   reads its seed ISO back with real ISO readers;
+# - libvirt-clients (virt-xml-validate) and libxml2-utils (xmllint, which it
+#   runs), so that internal/provider/libvirt checks the XML it builds with
+#   libvirt's own schemas (the clients only: no daemon is installed).
 # Idempotent: a second run installs nothing. Needs root (or sudo).
-# SKIP_SQUID_TESTS=1 / SKIP_CLOUDINIT_TESTS=1 / SKIP_ISO_TESTS=1 leave the
+# SKIP_SQUID_TESTS=1 / SKIP_CLOUDINIT_TESTS=1 / SKIP_ISO_TESTS=1 /
+# SKIP_LIBVIRT_SCHEMA_TESTS=1 leave the
 # package out (the tests that need it then skip; without the variable they
 # fail).
 #
@@ -64,6 +68,20 @@ if [ "${SKIP_ISO_TESTS:-}" = 1 ]; then
   echo "install-test-deps: SKIP_ISO_TESTS=1: not installing genisoimage and xorriso"
 else
   for pair in isoinfo:genisoimage xorriso:xorriso; do
+    bin=${pair%%:*} pkg=${pair#*:}
+    if command -v "$bin" >/dev/null 2>&1; then
+      echo "install-test-deps: $pkg already installed: $(command -v "$bin")"
+    else
+      apt_install "$pkg"
+    fi
+  done
+fi
+
+# libvirt's schema check: clients and XML tools, no service.
+if [ "${SKIP_LIBVIRT_SCHEMA_TESTS:-}" = 1 ]; then
+  echo "install-test-deps: SKIP_LIBVIRT_SCHEMA_TESTS=1: not installing libvirt-clients and libxml2-utils"
+else
+  for pair in virt-xml-validate:libvirt-clients xmllint:libxml2-utils; do
     bin=${pair%%:*} pkg=${pair#*:}
     if command -v "$bin" >/dev/null 2>&1; then
       echo "install-test-deps: $pkg already installed: $(command -v "$bin")"

@@ -172,6 +172,24 @@ func (t *Table) Poll(name string) Status {
 	return t.statusLocked(name, e)
 }
 
+// Running says whether name's step is still running, and hands nothing
+// over: for a listing or a collector's check, which must not swallow a
+// failure that Create or Get is to report.
+func (t *Table) Running(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.steps[name]
+	if !ok {
+		return false
+	}
+	select {
+	case <-e.done:
+		return false
+	default:
+		return true
+	}
+}
+
 // statusLocked reports e and hands its result over.
 func (t *Table) statusLocked(name string, e *entry) Status {
 	select {

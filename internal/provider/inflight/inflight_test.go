@@ -375,3 +375,28 @@ func BenchmarkTable(b *testing.B) {
 		close(release)
 	})
 }
+
+// Running reports a running step and never hands a failure over: the next
+// Poll still gets it.
+func TestRunningHandsNothingOver(t *testing.T) {
+	tab := New("create")
+	release := make(chan struct{})
+	if _, err := tab.Start(context.Background(), "a", "", func(ctx context.Context, _ func(string)) error {
+		<-release
+		return provider.Errorf(provider.ErrPermanent, "boom")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !tab.Running("a") || tab.Running("b") {
+		t.Fatal("Running: want a running, b not")
+	}
+	st := tab.Poll("a")
+	close(release)
+	<-st.Done
+	if tab.Running("a") {
+		t.Fatal("Running after the step ended")
+	}
+	if st := tab.Poll("a"); !errors.Is(st.Err, provider.ErrPermanent) {
+		t.Fatalf("Poll after Running: %+v, want the failure still there", st)
+	}
+}

@@ -3,11 +3,10 @@ package kubernetes
 import (
 	"context"
 	"net/http"
-	"time"
 
 	"github.com/go-logr/logr"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	"go.opentelemetry.io/otel/trace"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 )
 
 // Logging tiers: V(1) one line per operation outcome and one
@@ -22,37 +21,12 @@ func (p *Provider) logger(ctx context.Context) logr.Logger {
 	return logr.FromContextOrDiscard(ctx)
 }
 
-// observeTransport wraps the client's transport: one V(1) log line per API
-// request with the logger of the request's ctx (the operation's), and one
-// child span "HTTP <METHOD>" per request under the operation span. Spans
-// are parent-gated: a call made outside any span (none, in practice)
-// starts no root trace of its own.
+// observeTransport wraps the client's transport (httpobserve): one
+// "kubernetes api call" line and one parent-gated "HTTP <METHOD>" span per
+// API request.
 func (p *Provider) observeTransport(rt http.RoundTripper) http.RoundTripper {
-	logged := roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		start := time.Now()
-		resp, err := rt.RoundTrip(req)
-		kv := []any{"method", req.Method, "path", req.URL.Path, "duration", time.Since(start).Round(time.Millisecond)}
-		if resp != nil {
-			kv = append(kv, "status", resp.StatusCode)
-		}
-		if err != nil {
-			kv = append(kv, "error", err.Error())
-		}
-		p.logger(req.Context()).V(1).Info("kubernetes api call", kv...)
-		return resp, err
-	})
-	opts := []otelhttp.Option{
-		otelhttp.WithFilter(func(r *http.Request) bool {
-			return trace.SpanContextFromContext(r.Context()).IsValid()
-		}),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "HTTP " + r.Method }),
-	}
-	if p.tracerProvider != nil {
-		opts = append(opts, otelhttp.WithTracerProvider(p.tracerProvider))
-	}
-	return otelhttp.NewTransport(logged, opts...)
+	return httpobserve.Transport(rt, "kubernetes api call", p.tracerProvider)
 }
 
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+// roundTripFunc is httpobserve's, for this package's tests.
+type roundTripFunc = httpobserve.RoundTripFunc

@@ -87,7 +87,7 @@ func assertAlive(t *testing.T, b backend) {
 // here a cancelled Create stops waiting at once and a concurrent Get on the
 // same host, on the same pooled connection, is unharmed, before and after,
 // with no redial.
-func TestCancelledCreateLeavesConcurrentGetUnharmed(t *testing.T) {
+func TestGapCancellingOneCallCutsOffTheOthers(t *testing.T) {
 	srv := newRPCServer(t)
 	conn := &rpcConnector{srv: srv, budgets: longBudgets(nil)}
 	table := newHostTable(conn.connect)

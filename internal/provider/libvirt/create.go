@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/go-logr/logr"
@@ -84,10 +86,13 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	case !errors.Is(err, provider.ErrNotFound):
 		return provider.Instance{}, err
 	}
+	p.creating.add(req.Name, creatingInstance{host: pl.host.Name, uid: req.UID, since: p.now()})
 	st, err := p.steps.Start(ctx, req.Name, progressStarting, func(ctx context.Context, progress func(string)) error {
+		defer p.creating.remove(req.Name)
 		return p.createStep(ctx, pl, req, progress)
 	})
 	if err != nil {
+		p.creating.remove(req.Name)
 		return provider.Instance{}, err
 	}
 	if st.Err != nil {
@@ -95,6 +100,47 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	}
 	log.V(1).Info("libvirt create started in the background")
 	return provisioning(id, req.UID, st.Progress), nil
+}
+
+// creatingInstance is a create step in flight, as ListByTag reports it.
+type creatingInstance struct {
+	host  string
+	uid   string
+	since time.Time
+}
+
+// creatingSet holds the create steps in flight by instance name.
+type creatingSet struct {
+	mu sync.Mutex
+	m  map[string]creatingInstance
+}
+
+func (c *creatingSet) add(name string, ci creatingInstance) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]creatingInstance{}
+	}
+	c.m[name] = ci
+}
+
+func (c *creatingSet) remove(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, name)
+}
+
+// on is a copy of the steps in flight on host.
+func (c *creatingSet) on(host string) map[string]creatingInstance {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]creatingInstance{}
+	for name, ci := range c.m {
+		if ci.host == host {
+			out[name] = ci
+		}
+	}
+	return out
 }
 
 // provisioning is an instance whose create step runs.

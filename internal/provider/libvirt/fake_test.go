@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -402,8 +403,13 @@ func (c *fakeConn) StorageVolCreateXML(ctx context.Context, pool libvirt.Storage
 
 func (c *fakeConn) StorageVolUpload(ctx context.Context, vol libvirt.StorageVol, r io.Reader, length uint64) error {
 	// Read outside the host's lock (a streamed source may block), then
-	// store under it.
-	data, readErr := io.ReadAll(io.LimitReader(&ctxReader{ctx: ctx, r: r}, int64(length)+1))
+	// store under it. Length 0 uploads to the end of the stream, as in
+	// libvirt.
+	limit := int64(length) + 1
+	if length == 0 {
+		limit = math.MaxInt64
+	}
+	data, readErr := io.ReadAll(io.LimitReader(&ctxReader{ctx: ctx, r: r}, limit))
 	return c.do(ctx, "StorageVolUpload", func() error {
 		fv, err := c.vol(vol.Pool, vol.Name)
 		if err != nil {
@@ -412,7 +418,7 @@ func (c *fakeConn) StorageVolUpload(ctx context.Context, vol libvirt.StorageVol,
 		if readErr != nil {
 			return readErr
 		}
-		if uint64(len(data)) != length {
+		if length != 0 && uint64(len(data)) != length {
 			return lvErr(libvirt.ErrInternalError, "stream had %d bytes, %d announced", len(data), length)
 		}
 		fv.data = data

@@ -53,8 +53,11 @@ type Provider struct {
 	names  keyedlock.Locks
 	images keyedlock.Locks
 	// steps runs the slow part of each Create (image, volumes, define,
-	// start) in the background, keyed by instance name.
-	steps *inflight.Table
+	// start) in the background, keyed by instance name; creating says
+	// which host and Proxy each running step is for, so that ListByTag
+	// lists an instance from its first moment, before the host shows it.
+	steps    *inflight.Table
+	creating creatingSet
 	// http downloads images; a test seam.
 	http *http.Client
 	// now stamps createdAt; a test seam.

@@ -46,19 +46,46 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	return out, nil
 }
 
-// listHost is one host's part of ListByTag.
+// listHost is one host's part of ListByTag: its domains of this
+// installation, and the instances that are not domains yet: a create step
+// in flight here, or an interrupted one whose volumes are on the host
+// (Create resumes it; Delete removes it), so that the reconciler's sweep
+// and the collector see an instance from its first moment.
 func (p *Provider) listHost(ctx context.Context, h Host) ([]provider.Instance, error) {
 	b, err := p.table.get(ctx, h)
 	if err != nil {
 		return nil, err
 	}
+	// The steps first: one that ends during the listing has defined its
+	// domain by then, so it is listed one way or the other.
+	creating := p.creating.on(h.Name)
 	doms, err := p.ourDomains(ctx, b)
 	if err != nil {
 		return nil, err
 	}
+	vols, err := p.poolVolumes(ctx, b, h)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]provider.Instance, 0, len(doms))
+	seen := map[string]bool{}
 	for _, d := range doms {
+		seen[d.name] = true
 		out = append(out, provider.Instance{ID: formatID(h.Name, d.name), UID: d.md.Marks.UID, CreatedAt: d.md.CreatedAt})
+	}
+	for name, ci := range creating {
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, provider.Instance{ID: formatID(h.Name, name), UID: ci.uid, CreatedAt: ci.since})
+		}
+	}
+	for _, v := range vols {
+		if !seen[v.Instance] {
+			// Age unknown: the collector never takes it for old, and the
+			// volumes are collected as secondary resources instead.
+			seen[v.Instance] = true
+			out = append(out, provider.Instance{ID: formatID(h.Name, v.Instance), UID: v.UID})
+		}
 	}
 	return out, nil
 }
@@ -244,7 +271,7 @@ func (p *Provider) listHostSecondary(ctx context.Context, h Host) ([]provider.Se
 			Marks:        provider.Marks{Managed: true, UID: v.UID, Installation: p.opts.InstallationID},
 			Instance:     v.Instance,
 			InstanceID:   formatID(h.Name, v.Instance),
-			InstanceGone: !exists[v.Instance] && !p.steps.Poll(v.Instance).Running,
+			InstanceGone: !exists[v.Instance] && !p.steps.Running(v.Instance),
 		})
 	}
 	return out, nil
@@ -277,7 +304,7 @@ func (p *Provider) DeleteSecondary(ctx context.Context, id string) error {
 		return provider.Errorf(provider.ErrTransient, "waiting for another call on instance %s: %w", v.Instance, err)
 	}
 	defer unlock()
-	if p.steps.Poll(v.Instance).Running {
+	if p.steps.Running(v.Instance) {
 		return provider.Errorf(provider.ErrTransient, "instance %s is being created again; its volume %s is not deleted", v.Instance, volName)
 	}
 	b, err := p.table.get(ctx, h)

@@ -144,7 +144,7 @@ func TestSSHUnknownHost(t *testing.T) {
 // The seed kvm cached the SSH material after the first load, so a rotated
 // Secret needed a restart: here the key and known_hosts are read on every
 // dial.
-func TestSSHKeyRotatedBetweenDials(t *testing.T) {
+func TestGapSSHMaterialCachedUntilRestart(t *testing.T) {
 	f := newSSHFixture(t, nil)
 	ctx := context.Background()
 	f.mustDial(ctx)
@@ -285,7 +285,7 @@ func TestSSHDialHonoursCtx(t *testing.T) {
 
 // Unusable credential files are Permanent credentials-stage errors
 // (CredentialsUnavailable) that name the file and never quote it.
-func TestSSHCredentialErrorsNameTheFileNeverTheContent(t *testing.T) {
+func TestGapCredentialParseErrorsCarryTheParsersText(t *testing.T) {
 	const sentinel = "SENTINELsecretMATERIAL"
 	for _, tc := range []struct {
 		name     string
