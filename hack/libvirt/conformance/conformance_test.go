@@ -170,6 +170,11 @@ func (s *suite) warmImageCache(t *testing.T) {
 		AllowedSourceRanges: []string{libvirthost.SlirpHost + "/32"}}
 	req.Name = provider.InstanceName(req.Namespace, req.ProxyName, req.UID, "")
 	s.touch(req.Name)
+	// Should a step below fail the test, nothing of the warm-up stays.
+	t.Cleanup(func() {
+		s.removeDomain(t, req.Name)
+		s.removeVolumes(t, func(v string) bool { return strings.HasPrefix(v, req.Name+"_") })
+	})
 	ctx := context.Background()
 	inst, err := p.Create(ctx, req)
 	if err != nil {
@@ -670,49 +675,12 @@ func (b *backend) cleanup(t *testing.T) {
 }
 
 // removeDomain destroys and undefines the domain named name, if there.
-func (s *suite) removeDomain(t *testing.T, name string) {
-	t.Helper()
-	dom, err := s.l.DomainLookupByName(name)
-	if libvirthost.IsError(err, libvirtrpc.ErrNoDomain) {
-		return
-	}
-	if err != nil {
-		t.Errorf("removing domain %s: %v", name, err)
-		return
-	}
-	if err := s.l.DomainDestroy(dom); err != nil && !libvirthost.IsError(err, libvirtrpc.ErrOperationInvalid) {
-		t.Errorf("destroying domain %s: %v", name, err)
-	}
-	if err := s.l.DomainUndefineFlags(dom, libvirtrpc.DomainUndefineNvram|libvirtrpc.DomainUndefineManagedSave|
-		libvirtrpc.DomainUndefineSnapshotsMetadata|libvirtrpc.DomainUndefineCheckpointsMetadata); err != nil &&
-		!libvirthost.IsError(err, libvirtrpc.ErrNoDomain) {
-		t.Errorf("undefining domain %s: %v", name, err)
-	}
-}
+func (s *suite) removeDomain(t *testing.T, name string) { libvirthost.RemoveDomain(t, s.l, name) }
 
 // removeVolumes deletes the pool's volumes whose names match, and returns
 // their names.
 func (s *suite) removeVolumes(t *testing.T, match func(string) bool) []string {
-	t.Helper()
-	var removed []string
-	for _, name := range libvirthost.VolumeNames(t, s.l, s.pool) {
-		if !match(name) {
-			continue
-		}
-		// A volume still being allocated cannot be deleted yet.
-		testenv.EventuallyNilWithin(t, 2*time.Minute, "deleting volume "+name, func() error {
-			vol, err := s.l.StorageVolLookupByName(s.pool, name)
-			if err == nil {
-				err = s.l.StorageVolDelete(vol, 0)
-			}
-			if err == nil || libvirthost.IsError(err, libvirtrpc.ErrNoStorageVol) {
-				return nil
-			}
-			return err
-		})
-		removed = append(removed, name)
-	}
-	return removed
+	return libvirthost.RemoveVolumes(t, s.l, s.pool, match)
 }
 
 func randHex(t *testing.T) string {

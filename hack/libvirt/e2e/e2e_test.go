@@ -179,6 +179,24 @@ func TestProxyEndToEnd(t *testing.T) {
 	writeFileAtomically(t, configPath, providersYAML(libvirt.TypeKVM, block))
 	rec := &calls{creates: map[string][]string{}, gets: map[string][]provider.Instance{}}
 	ns := env.Namespace(t, "e2e")
+	// Registered before the operator starts, so it runs once the operator
+	// stopped: a failed run leaves no guest on the shared host. A passing
+	// one has removed everything itself (checked below).
+	t.Cleanup(func() {
+		prefix := provider.InstanceNamePrefix + ns + "-"
+		doms, _, err := l.ConnectListAllDomains(1, libvirtrpc.ConnectListDomainsActive|libvirtrpc.ConnectListDomainsInactive)
+		if err != nil {
+			t.Errorf("listing the domains: %v", err)
+		}
+		for _, d := range doms {
+			if strings.HasPrefix(d.Name, prefix) && libvirthost.RemoveDomain(t, l, d.Name) {
+				t.Logf("removed domain %s the test left", d.Name)
+			}
+		}
+		if vols := libvirthost.RemoveVolumes(t, l, pool, func(v string) bool { return strings.HasPrefix(v, prefix) }); len(vols) > 0 {
+			t.Logf("removed volumes the test left: %v", vols)
+		}
+	})
 	op, err := operator.New(ctx, env.Config, operator.Options{
 		ProvidersConfig: configPath, MetricsAddr: "0", ProbeAddr: "0",
 		InstallationID: "e2e-" + randHex(t), Namespaces: []string{ns}, SkipControllerNameValidation: true,

@@ -259,3 +259,51 @@ func Tail(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// RemoveDomain destroys and undefines the domain named name (with
+// everything libvirt keeps beside it), if it is there; it reports whether
+// it was.
+func RemoveDomain(t testing.TB, l *libvirt.Libvirt, name string) bool {
+	t.Helper()
+	dom, err := l.DomainLookupByName(name)
+	if IsError(err, libvirt.ErrNoDomain) {
+		return false
+	}
+	if err != nil {
+		t.Errorf("removing domain %s: %v", name, err)
+		return false
+	}
+	if err := l.DomainDestroy(dom); err != nil && !IsError(err, libvirt.ErrOperationInvalid) {
+		t.Errorf("destroying domain %s: %v", name, err)
+	}
+	if err := l.DomainUndefineFlags(dom, libvirt.DomainUndefineNvram|libvirt.DomainUndefineManagedSave|
+		libvirt.DomainUndefineSnapshotsMetadata|libvirt.DomainUndefineCheckpointsMetadata); err != nil &&
+		!IsError(err, libvirt.ErrNoDomain) {
+		t.Errorf("undefining domain %s: %v", name, err)
+	}
+	return true
+}
+
+// RemoveVolumes deletes the pool's volumes whose names match, and returns
+// their names. A volume libvirtd still allocates is waited for.
+func RemoveVolumes(t testing.TB, l *libvirt.Libvirt, pool libvirt.StoragePool, match func(string) bool) []string {
+	t.Helper()
+	var removed []string
+	for _, name := range VolumeNames(t, l, pool) {
+		if !match(name) {
+			continue
+		}
+		testenv.EventuallyNilWithin(t, 2*time.Minute, "deleting volume "+name, func() error {
+			vol, err := l.StorageVolLookupByName(pool, name)
+			if err == nil {
+				err = l.StorageVolDelete(vol, 0)
+			}
+			if err == nil || IsError(err, libvirt.ErrNoStorageVol) {
+				return nil
+			}
+			return err
+		})
+		removed = append(removed, name)
+	}
+	return removed
+}
