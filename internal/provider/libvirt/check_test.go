@@ -17,7 +17,13 @@ import (
 // newFakeProvider is a provider over fake hosts (in config order).
 func newFakeProvider(t *testing.T, hosts ...*fakeHost) *Provider {
 	t.Helper()
-	cfg := Config{SSHKeyFile: "/etc/k", KnownHostsFile: "/etc/kh"}
+	return buildFakeProvider(t, Config{SSHKeyFile: "/etc/k", KnownHostsFile: "/etc/kh"}, hosts...)
+}
+
+// buildFakeProvider is a provider of cfg over the fake hosts, one config
+// host each (on a bridge), dialled through the fakes.
+func buildFakeProvider(t *testing.T, cfg Config, hosts ...*fakeHost) *Provider {
+	t.Helper()
 	fs := fakeHosts{}
 	for i, h := range hosts {
 		cfg.Hosts = append(cfg.Hosts, Host{Name: h.name, Address: "192.0.2." + string(rune('1'+i)), User: "virt", Bridge: "br0"})

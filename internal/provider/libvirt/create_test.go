@@ -65,26 +65,31 @@ func newImageServer(t *testing.T) *imageServer {
 // catalogue served by srv and a 1 GiB disk.
 func newLifecycleProvider(t *testing.T, srv *imageServer, hosts ...*fakeHost) *Provider {
 	t.Helper()
-	cfg := Config{SSHKeyFile: "/etc/k", KnownHostsFile: "/etc/kh", DiskSizeGiB: 1,
-		Images: map[string]Image{"debian-12": {URL: srv.URL + "/debian-12.qcow2", SHA256: testImageSHA()}}}
-	fs := fakeHosts{}
-	for i, h := range hosts {
-		cfg.Hosts = append(cfg.Hosts, Host{Name: h.name, Address: "192.0.2." + string(rune('1'+i)), User: "virt", Bridge: "br0"})
-		fs[h.name] = h
-	}
-	p, err := New("vms", cfg, provider.Options{InstallationID: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.table = newHostTable(fs.connect)
+	p := buildFakeProvider(t, Config{SSHKeyFile: "/etc/k", KnownHostsFile: "/etc/kh", DiskSizeGiB: 1,
+		Images: map[string]Image{"debian-12": {URL: srv.URL + "/debian-12.qcow2", SHA256: testImageSHA()}}}, hosts...)
 	p.http = srv.Client()
-	t.Cleanup(func() { _ = p.Close() })
 	return p
 }
 
 func testRequest(name string) provider.CreateRequest {
 	return provider.CreateRequest{Name: name, Namespace: "team-a", ProxyName: "egress", UID: "0c7a5e4e-1111-4e4e-9a9a-000000000001",
 		Port: 3128, AllowedSourceRanges: []string{"10.1.0.0/16"}}
+}
+
+// stepFailure waits for Get to report the failure of the instance's
+// create step, and returns it.
+func stepFailure(t *testing.T, p *Provider, id string) error {
+	t.Helper()
+	var stepErr error
+	testenv.EventuallyNil(t, "Get reports the failed create step", func() error {
+		got, err := p.Get(context.Background(), id)
+		if err != nil {
+			stepErr = err
+			return nil
+		}
+		return errors.New("no error yet: " + string(got.State) + " " + got.Progress)
+	})
+	return stepErr
 }
 
 // waitSteps waits until no create step is in flight or unreported.
@@ -222,15 +227,7 @@ func TestCreateResumesAfterEveryPartialStep(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var stepErr error
-			testenv.EventuallyNil(t, "Get reports the failed step", func() error {
-				got, err := p.Get(ctx, inst.ID)
-				if err != nil {
-					stepErr = err
-					return nil
-				}
-				return errors.New("no error yet: " + string(got.State) + " " + got.Progress)
-			})
+			stepErr := stepFailure(t, p, inst.ID)
 			if !errors.Is(stepErr, provider.ErrTransient) || !strings.Contains(stepErr.Error(), "injected failure of "+rpc) {
 				t.Fatalf("the step's failure: %v", stepErr)
 			}
@@ -284,14 +281,7 @@ func TestGapCreateReturnsNotFoundWhenAVolumeVanishes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stepErr error
-	testenv.EventuallyNil(t, "Get reports the failed step", func() error {
-		_, stepErr = p.Get(ctx, inst.ID)
-		if stepErr == nil {
-			return errors.New("no error yet")
-		}
-		return nil
-	})
+	stepErr := stepFailure(t, p, inst.ID)
 	if errors.Is(stepErr, provider.ErrNotFound) || !errors.Is(stepErr, provider.ErrTransient) || !strings.Contains(stepErr.Error(), "vanished") {
 		t.Fatalf("a volume vanishing under Create: %v (want Transient, never NotFound)", stepErr)
 	}
@@ -322,14 +312,7 @@ func TestGapNoQuotaOrCapacityDetection(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var stepErr error
-			testenv.EventuallyNil(t, "Get reports the refusal", func() error {
-				_, stepErr = p.Get(ctx, inst.ID)
-				if stepErr == nil {
-					return errors.New("no error yet")
-				}
-				return nil
-			})
+			stepErr := stepFailure(t, p, inst.ID)
 			if !errors.Is(stepErr, provider.ErrQuotaExceeded) {
 				t.Fatalf("%v, want QuotaExceeded", stepErr)
 			}
@@ -574,13 +557,7 @@ func TestCloudInitNeverLoggedNorInErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.EventuallyNil(t, "the failed step is reported", func() error {
-		if _, err := b.Get(ctx, inst.ID); err != nil {
-			errs = append(errs, err.Error())
-			return nil
-		}
-		return errors.New("not yet")
-	})
+	errs = append(errs, stepFailure(t, p, inst.ID).Error())
 	if _, err := b.Create(ctx, req); err != nil {
 		t.Fatal(err)
 	}

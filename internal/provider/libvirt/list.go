@@ -35,15 +35,7 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	if err := provider.CtxErr(ctx, p.name, provider.OpList); err != nil {
 		return nil, err
 	}
-	per, err := eachHost(ctx, p, provider.OpList, p.listHost)
-	if err != nil {
-		return nil, err
-	}
-	var out []provider.Instance
-	for _, insts := range per {
-		out = append(out, insts...)
-	}
-	return out, nil
+	return eachHost(ctx, p, provider.OpList, p.listHost)
 }
 
 // listHost is one host's part of ListByTag: its domains of this
@@ -121,11 +113,12 @@ func (p *Provider) ourDomains(ctx context.Context, b backend) ([]ourDomain, erro
 	return out, nil
 }
 
-// eachHost runs fn on every host at once and returns the results in
-// config order. A failing host is logged and counted and left out; when
-// every host failed, the first error (in config order) is the result.
-func eachHost[T any](ctx context.Context, p *Provider, op string, fn func(context.Context, Host) (T, error)) ([]T, error) {
-	results := make([]T, len(p.hosts))
+// eachHost runs fn on every host at once and returns the hosts' results
+// in config order, one list. A failing host is logged and counted and left
+// out; when every host failed, the first error (in config order) is the
+// result.
+func eachHost[T any](ctx context.Context, p *Provider, op string, fn func(context.Context, Host) ([]T, error)) ([]T, error) {
+	results := make([][]T, len(p.hosts))
 	errs := make([]error, len(p.hosts))
 	var wg sync.WaitGroup
 	for i, h := range p.hosts {
@@ -138,6 +131,7 @@ func eachHost[T any](ctx context.Context, p *Provider, op string, fn func(contex
 	}
 	wg.Wait()
 	var out []T
+	listed := 0
 	var failed []string
 	var first error
 	for i, h := range p.hosts {
@@ -151,9 +145,10 @@ func eachHost[T any](ctx context.Context, p *Provider, op string, fn func(contex
 				"operation", op, "error", errs[i].Error())
 			continue
 		}
-		out = append(out, results[i])
+		listed++
+		out = append(out, results[i]...)
 	}
-	if len(out) == 0 && first != nil {
+	if listed == 0 && first != nil {
 		return nil, first
 	}
 	if len(failed) > 0 {
@@ -233,15 +228,7 @@ func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 	if err := provider.CtxErr(ctx, p.name, provider.OpList); err != nil {
 		return nil, err
 	}
-	per, err := eachHost(ctx, p, "list-secondary", p.listHostSecondary)
-	if err != nil {
-		return nil, err
-	}
-	var out []provider.Secondary
-	for _, s := range per {
-		out = append(out, s...)
-	}
-	return out, nil
+	return eachHost(ctx, p, "list-secondary", p.listHostSecondary)
 }
 
 func (p *Provider) listHostSecondary(ctx context.Context, h Host) ([]provider.Secondary, error) {
