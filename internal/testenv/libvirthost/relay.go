@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -119,15 +120,21 @@ type Gate struct {
 
 	arrived     chan struct{}
 	arrivedOnce sync.Once
+	// drop removes the gate's rule from its relay: once released, the
+	// calls it would match pass straight through, in order.
+	drop func()
 }
 
 // Release lets the held calls go on: forwarded to libvirtd when answer is
 // nil, else answered with it (and never forwarded). Only the first call
-// counts; later calls matched by a persistent rule pass at once.
+// counts; from then on the rule matches nothing.
 func (g *Gate) Release(answer *libvirt.Error) {
 	g.once.Do(func() {
 		g.answer = answer
 		close(g.release)
+		if g.drop != nil {
+			g.drop()
+		}
 	})
 }
 
@@ -169,8 +176,16 @@ func (r *Relay) FailNext(m Match, e libvirt.Error) {
 // closed first is dropped, as it never reached libvirtd.
 func (r *Relay) Hold(m Match, once bool) *Gate {
 	g := &Gate{release: make(chan struct{}), arrived: make(chan struct{})}
-	r.add(&rule{match: m, once: once, gate: g})
+	ru := &rule{match: m, once: once, gate: g}
+	g.drop = func() { r.remove(ru) }
+	r.add(ru)
 	return g
+}
+
+func (r *Relay) remove(ru *rule) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rules = slices.DeleteFunc(r.rules, func(x *rule) bool { return x == ru })
 }
 
 func (r *Relay) add(ru *rule) {
