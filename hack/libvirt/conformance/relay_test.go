@@ -77,7 +77,19 @@ func TestRelayOnTheRealHost(t *testing.T) {
 	if err := <-held; !libvirthost.IsError(err, libvirtrpc.ErrOperationFailed) {
 		t.Fatalf("the held lookup after its release with an error: %v", err)
 	}
-	if n := r.Calls(libvirthost.ProcDomainLookupByName); n != 4 {
-		t.Errorf("the relay counted %d lookups, want 4", n)
+
+	// A one-shot hold released before its call arrives (the suite releases
+	// a create step's hold as soon as Create returned) answers that call
+	// as released.
+	early := r.Hold(libvirthost.ProceduresMentioning("early-domain", libvirthost.ProcDomainLookupByName), true)
+	early.Release(&libvirtrpc.Error{Code: uint32(libvirtrpc.ErrOperationFailed), Message: "released before the call"})
+	if _, err := l.DomainLookupByName("early-domain"); !libvirthost.IsError(err, libvirtrpc.ErrOperationFailed) {
+		t.Fatalf("a call after its hold's release with an error: %v, want the release's answer", err)
+	}
+	if _, err := l.DomainLookupByName("early-domain"); !libvirthost.IsError(err, libvirtrpc.ErrNoDomain) {
+		t.Fatalf("the next call, the one-shot hold used: %v, want libvirtd's own answer", err)
+	}
+	if n := r.Calls(libvirthost.ProcDomainLookupByName); n != 6 {
+		t.Errorf("the relay counted %d lookups, want 6", n)
 	}
 }

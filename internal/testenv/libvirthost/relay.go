@@ -120,14 +120,17 @@ type Gate struct {
 
 	arrived     chan struct{}
 	arrivedOnce sync.Once
-	// drop removes the gate's rule from its relay: once released, the
-	// calls it would match pass straight through, in order.
+	// drop removes a persistent rule from its relay once the gate is
+	// released, so the calls it would match pass straight through, in
+	// order. A one-shot rule stays until it matched: a call that arrives
+	// after the release still gets the release's answer.
 	drop func()
 }
 
 // Release lets the held calls go on: forwarded to libvirtd when answer is
 // nil, else answered with it (and never forwarded). Only the first call
-// counts; from then on the rule matches nothing.
+// counts. A one-shot hold released before its call arrived answers that
+// call as released; a persistent one matches nothing once released.
 func (g *Gate) Release(answer *libvirt.Error) {
 	g.once.Do(func() {
 		g.answer = answer
@@ -177,7 +180,9 @@ func (r *Relay) FailNext(m Match, e libvirt.Error) {
 func (r *Relay) Hold(m Match, once bool) *Gate {
 	g := &Gate{release: make(chan struct{}), arrived: make(chan struct{})}
 	ru := &rule{match: m, once: once, gate: g}
-	g.drop = func() { r.remove(ru) }
+	if !once {
+		g.drop = func() { r.remove(ru) }
+	}
 	r.add(ru)
 	return g
 }
