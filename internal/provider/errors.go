@@ -47,6 +47,11 @@ func (e *Error) Error() string {
 	if e.Err != nil {
 		msg = e.Err.Error()
 	}
+	if e.Provider == "" && e.Op == "" {
+		// Not yet through the boundary (a provider's own log line, a
+		// step's result): the message alone, not `provider "": : ...`.
+		return msg
+	}
 	return fmt.Sprintf("provider %q: %s: %s", e.Provider, e.Op, msg)
 }
 

@@ -160,6 +160,19 @@ func (p *Provider) adopt(ctx context.Context, b backend, h Host, dom libvirt.Dom
 	if err := provider.AdoptionError(provider.CheckAdoption(md.Marks, p.opts.InstallationID, req.UID), req.Name); err != nil {
 		return provider.Instance{}, err
 	}
+	if md.Marks.UID == "" {
+		// Ours but never told its Proxy (adopted before the UID was
+		// written): the mark is completed, so the collector and the next
+		// adoption see the owner.
+		md.Marks.UID = req.UID
+		x, err := buildMetadata(md.Marks, md.CreatedAt, req.Namespace, req.ProxyName)
+		if err != nil {
+			return provider.Instance{}, err
+		}
+		if err := b.DomainSetMetadata(ctx, dom, x, metadataKey, metadataURI, libvirt.DomainAffectConfig); err != nil {
+			return provider.Instance{}, reclassify(err, provider.ErrTransient, "the domain vanished while Create wrote its UID mark")
+		}
+	}
 	if err := p.ensureRunning(ctx, b, dom); err != nil {
 		return provider.Instance{}, reclassify(err, provider.ErrTransient, "the domain vanished while Create started it")
 	}
@@ -214,6 +227,12 @@ func (p *Provider) ensureRunning(ctx context.Context, b backend, dom libvirt.Dom
 // the one this instance needs), the domain, started. A volume or domain
 // that vanishes under it fails the step Transient, never NotFound: the
 // next Create makes it again.
+//
+// A cancel (Delete's, Close's) is honoured between libvirt calls, not
+// inside one: a call cut off on our side would still run on the host, and
+// could make a volume after Delete looked (seen on the real libvirtd), so
+// Delete's wait for the step covers every call the step made. The image
+// download, which takes minutes, stops at once.
 func (p *Provider) createStep(ctx context.Context, pl plan, req provider.CreateRequest, progress func(string)) error {
 	err := p.build(ctx, pl, req, progress)
 	if errors.Is(err, provider.ErrNotFound) {
@@ -222,8 +241,10 @@ func (p *Provider) createStep(ctx context.Context, pl plan, req provider.CreateR
 	return err
 }
 
-func (p *Provider) build(ctx context.Context, pl plan, req provider.CreateRequest, progress func(string)) error {
+func (p *Provider) build(stop context.Context, pl plan, req provider.CreateRequest, progress func(string)) error {
 	h := pl.host
+	// ctx is what the calls run under; stop says when to stop between them.
+	ctx := context.WithoutCancel(stop)
 	b, err := p.table.get(ctx, h)
 	if err != nil {
 		return err
@@ -236,17 +257,26 @@ func (p *Provider) build(ctx context.Context, pl plan, req provider.CreateReques
 	if err != nil {
 		return err
 	}
-	if err := p.precheck(ctx, b, h, pool, pl); err != nil {
+	if err := p.precheck(ctx, stop, b, h, pool, pl); err != nil {
 		return err
 	}
 
+	if err := stopped(stop); err != nil {
+		return err
+	}
 	progress(progressSeed)
 	seed, err := p.writeSeed(ctx, b, pool, pl, req)
 	if err != nil {
 		return err
 	}
-	image, err := p.ensureImage(ctx, h, b, pool, pl.image, progress)
+	if err := stopped(stop); err != nil {
+		return err
+	}
+	image, err := p.ensureImage(stop, h, b, pool, pl.image, progress)
 	if err != nil {
+		return err
+	}
+	if err := stopped(stop); err != nil {
 		return err
 	}
 	progress(progressOverlay)
@@ -255,6 +285,9 @@ func (p *Provider) build(ctx context.Context, pl plan, req provider.CreateReques
 		return err
 	}
 
+	if err := stopped(stop); err != nil {
+		return err
+	}
 	progress(progressDefine)
 	metadata, err := buildMetadata(provider.Marks{Managed: true, UID: req.UID, Installation: p.opts.InstallationID},
 		p.now(), req.Namespace, req.ProxyName)
@@ -279,6 +312,14 @@ func (p *Provider) build(ctx context.Context, pl plan, req provider.CreateReques
 		return err
 	}
 	logr.FromContextOrDiscard(ctx).V(1).Info("libvirt domain defined and started", "domainType", domainType)
+	return nil
+}
+
+// stopped is the step's error once it was told to stop.
+func stopped(stop context.Context) error {
+	if err := stop.Err(); err != nil {
+		return provider.Errorf(provider.ErrTransient, "create step stopped: %w", err)
+	}
 	return nil
 }
 
@@ -320,7 +361,9 @@ func (p *Provider) domainType(ctx context.Context, b backend, h Host) (string, e
 // ErrQuotaExceeded, the class the reconciler reports as such. Thin
 // provisioning makes the disk figure conservative: a pool that cannot hold
 // every disk at its full size fills up later, inside a guest.
-func (p *Provider) precheck(ctx context.Context, b backend, h Host, pool libvirt.StoragePool, pl plan) error {
+//
+// stop bounds the one HTTP request (the image's size), ctx the calls.
+func (p *Provider) precheck(ctx, stop context.Context, b backend, h Host, pool libvirt.StoragePool, pl plan) error {
 	info, err := b.StoragePoolGetInfo(ctx, pool)
 	if err != nil {
 		return err
@@ -331,7 +374,7 @@ func (p *Provider) precheck(ctx context.Context, b backend, h Host, pool libvirt
 	if _, cached, err := p.cachedImage(ctx, b, pool, pl.image); err != nil {
 		return err
 	} else if !cached {
-		size, err := p.imageDownloadSize(ctx, pl.image)
+		size, err := p.imageDownloadSize(stop, pl.image)
 		if err != nil {
 			return err
 		}

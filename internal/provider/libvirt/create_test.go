@@ -593,3 +593,39 @@ func TestCloudInitNeverLoggedNorInErrors(t *testing.T) {
 		}
 	}
 }
+
+// A domain of ours with an empty UID mark is adopted and the mark is
+// completed with the Proxy's UID (seen missing on the real libvirtd by the
+// conformance suite's AdoptionFillsEmptyUIDMark).
+func TestCreateAdoptionFillsAnEmptyUIDMark(t *testing.T) {
+	srv := newImageServer(t)
+	h := newFakeHost("h1")
+	p := newLifecycleProvider(t, srv, h)
+	ctx := context.Background()
+	name := "proxy-team-a-egress-0123456789"
+	createRunning(t, p, h, name)
+	b, err := p.table.get(ctx, p.hosts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	md, err := buildMetadata(provider.Marks{Managed: true, Installation: "test"}, created, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom, err := b.DomainLookupByName(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DomainSetMetadata(ctx, dom, md, metadataKey, metadataURI, libvirt.DomainAffectConfig); err != nil {
+		t.Fatal(err)
+	}
+	req := testRequest(name)
+	if _, err := p.Create(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	insts, err := p.ListByTag(ctx)
+	if err != nil || len(insts) != 1 || insts[0].UID != req.UID || !insts[0].CreatedAt.Equal(created) {
+		t.Fatalf("after adoption: %+v, %v; want UID %s and createdAt kept", insts, err, req.UID)
+	}
+}

@@ -213,3 +213,34 @@ func TestGapVolumesWithoutADomainAreInvisibleToGC(t *testing.T) {
 		t.Fatalf("malformed ID: %v", err)
 	}
 }
+
+// Delete right after a cancelled create step leaves nothing, even when a
+// call of the step is still running on the host (seen on the real
+// libvirtd: a volume created after Delete had listed the pool): the step
+// is stopped between calls, so Delete waits for the call (Transient while
+// it runs) and then finds what it made.
+func TestDeleteWaitsForTheStepsCallOnTheHost(t *testing.T) {
+	srv := newImageServer(t)
+	h := newFakeHost("h1")
+	p := newLifecycleProvider(t, srv, h)
+	ctx := context.Background()
+	name := "proxy-team-a-egress-0123456789"
+	gate := h.hold("StorageVolCreateXML") // the seed's volume, the step's first write
+	inst, err := p.Create(ctx, testRequest(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-gate.arrived
+	err = p.Delete(ctx, inst.ID)
+	if !errors.Is(err, provider.ErrTransient) || !strings.Contains(err.Error(), "still stopping") {
+		t.Fatalf("Delete while the step's call runs on the host: %v, want Transient", err)
+	}
+	gate.open()
+	testenv.EventuallyNil(t, "Delete succeeds once the call ended", func() error { return p.Delete(ctx, inst.ID) })
+	if vols := instanceVolumeNames(h, name); len(vols) != 0 {
+		t.Fatalf("volumes left after Delete returned nil: %v", vols)
+	}
+	if _, ok := domainState(h, name); ok {
+		t.Fatal("a domain was defined")
+	}
+}

@@ -231,6 +231,14 @@ func (c *fakeConn) do(ctx context.Context, rpc string, op func() error) error {
 		select {
 		case <-gate.release:
 		case <-ctx.Done():
+			// As a real host does, the call still runs once released:
+			// only its caller stopped waiting.
+			go func() {
+				<-gate.release
+				c.h.mu.Lock()
+				defer c.h.mu.Unlock()
+				_ = op()
+			}()
 			return ctxError(rpc, c.h.name, ctx.Err())
 		case <-c.dead:
 			return &provider.Error{Class: provider.ErrTransient, Err: &rpcError{RPC: rpc, Host: c.h.name, Err: errors.New("connection lost")}}

@@ -341,9 +341,22 @@ func (p *Provider) downloadImage(ctx context.Context, h Host, b backend, pool li
 	}
 	closeUp()
 	if err := b.StoragePoolRefresh(ctx, pool); err != nil {
-		return imageError(err, "image %s on host %s: refreshing pool %s after the upload", name, h.Name, pool.Name)
+		// The refresh only brings libvirt's figures for the volume up to
+		// date (the digest proved the bytes); libvirtd refuses it while any
+		// volume of the pool is being built (another instance's overlay,
+		// seen on the real host), which must not fail a good download.
+		if !refreshBusy(err) {
+			return imageError(err, "image %s on host %s: refreshing pool %s after the upload", name, h.Name, pool.Name)
+		}
+		log.V(1).Info("pool refresh after the upload skipped: the pool is busy", "pool", pool.Name, "error", err.Error())
 	}
 	return nil
+}
+
+// refreshBusy is libvirtd's refusal to refresh a pool with a volume being
+// built: "pool '...' has asynchronous jobs running." (ErrInternalError).
+func refreshBusy(err error) bool {
+	return hasCode(err, libvirt.ErrInternalError) && strings.Contains(err.Error(), "asynchronous jobs running")
 }
 
 // setSpan sets attributes on span, which may be nil.

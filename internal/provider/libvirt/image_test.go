@@ -891,3 +891,20 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// libvirtd refuses a pool refresh while another volume is being built
+// ("asynchronous jobs running", seen on the real host when an overlay was
+// created during a first download): the verified download still counts.
+// Any other refresh failure fails it.
+func TestImageRefreshRefusedByABusyPoolIsNotAFailure(t *testing.T) {
+	f := newImageFixture(t, 64<<10, nil)
+	f.h.failNext("StoragePoolRefresh", lvErr(libvirt.ErrInternalError, "internal error: pool 'default' has asynchronous jobs running."))
+	if _, err := f.ensure(withinTest(t), nil); err != nil {
+		t.Fatalf("a busy pool's refusal to refresh failed the download: %v", err)
+	}
+	g := newImageFixture(t, 64<<10, nil)
+	g.h.failNext("StoragePoolRefresh", lvErr(libvirt.ErrInternalError, "internal error: something else"))
+	if _, err := g.ensure(withinTest(t), nil); err == nil {
+		t.Fatal("another refresh failure did not fail the download")
+	}
+}
