@@ -93,13 +93,14 @@ type calls struct {
 	gets    map[string][]provider.Instance // type -> successful Get answers
 }
 
-func (c *calls) types(base map[string]registry.Type) map[string]registry.Type {
+// types is the registry's own constructor map (both type names must be
+// registered there) with the kvm and kvm2 providers observed.
+func (c *calls) types(t *testing.T, base map[string]registry.Type) map[string]registry.Type {
+	t.Helper()
 	for _, typ := range libvirt.TypeNames {
 		orig, ok := base[typ]
 		if !ok {
-			// Not registered by this build: the test adds it as the
-			// registry would.
-			orig = registry.TypeOf(libvirt.Parse, libvirt.New, libvirt.PollInterval)
+			t.Fatalf("registry.DefaultTypes() has no type %s", typ)
 		}
 		wrapped := orig
 		wrapped.New = func(name string, settings any, opts provider.Options) (provider.Provider, error) {
@@ -200,7 +201,7 @@ func TestProxyEndToEnd(t *testing.T) {
 	op, err := operator.New(ctx, env.Config, operator.Options{
 		ProvidersConfig: configPath, MetricsAddr: "0", ProbeAddr: "0",
 		InstallationID: "e2e-" + randHex(t), Namespaces: []string{ns}, SkipControllerNameValidation: true,
-		Types: rec.types(registry.DefaultTypes()),
+		Types: rec.types(t, registry.DefaultTypes()),
 	})
 	if err != nil {
 		t.Fatal(err)
