@@ -3,8 +3,11 @@
 # host up, runs go test on the packages in PKG inside its namespace, and
 # tears the host down afterwards, on failure and on interrupt too.
 #
-#   PKG            packages to test (default ./hack/libvirt/smoke)
+#   PKG            packages to test (default ./hack/libvirt/...: the smoke
+#                  test, the conformance suite, the end-to-end test)
 #   TESTFLAGS      extra go test flags (e.g. -run TestX); -v -count=1 always
+#   LIBVIRT_TEST_TIMEOUT     go test's -timeout (default 40m: the suites
+#                  boot a dozen guests under emulation)
 #   LIBVIRT_TEST_KEEP_UP=1   leave the host up afterwards (make libvirt-down)
 # On failure the tails of libvirtd's, sshd's and QEMU's logs are printed
 # before the teardown.
@@ -13,7 +16,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 need_root
 cd "$here/../.."
-pkgs=${PKG:-./hack/libvirt/smoke}
+pkgs=${PKG:-./hack/libvirt/...}
 
 dump_logs() {
 	local f
@@ -45,5 +48,5 @@ t=$SECONDS
 log "host up in $((SECONDS - t)) s"
 t=$SECONDS
 # shellcheck disable=SC2086 # PKG and TESTFLAGS are word lists
-go test -exec "$here/run.sh" -count=1 -v ${TESTFLAGS:-} $pkgs
+go test -exec "$here/run.sh" -count=1 -v -timeout "${LIBVIRT_TEST_TIMEOUT:-40m}" ${TESTFLAGS:-} $pkgs
 log "go test $pkgs passed in $((SECONDS - t)) s"

@@ -87,6 +87,7 @@ type options struct {
 	crdPaths  []string
 	dataDir   string
 	logf      func(format string, args ...any)
+	advertise string
 }
 
 // WithAssetsDir takes kube-apiserver and etcd from dir instead of
@@ -108,6 +109,15 @@ func WithCRDPaths(paths ...string) Option {
 // the control plane (hack/demo) can tell its own processes from any other.
 func WithDataDir(dir string) Option {
 	return func(o *options) { o.dataDir = dir }
+}
+
+// WithAdvertiseAddress sets kube-apiserver's --advertise-address, with no
+// endpoint reconciler (which refuses a loopback address: the tests need no
+// kubernetes Service endpoints). Without it kube-apiserver derives one from
+// the default route, and refuses to start where there is none (the libvirt
+// test host's namespace, which has no route out).
+func WithAdvertiseAddress(ip string) Option {
+	return func(o *options) { o.advertise = ip }
 }
 
 // WithLogf sends New's progress lines (server version, start time) to logf;
@@ -154,6 +164,11 @@ func New(opts ...Option) (*Env, error) {
 			}
 		}
 		te.ControlPlane.Etcd.DataDir, te.ControlPlane.APIServer.CertDir = etcdDir, certDir
+	}
+	if o.advertise != "" {
+		args := te.ControlPlane.APIServer.Configure()
+		args.Set("advertise-address", o.advertise)
+		args.Set("endpoint-reconciler-type", "none")
 	}
 	if os.Getenv(startTimeoutEnv) == "" {
 		te.ControlPlaneStartTimeout = defaultStartTimeout

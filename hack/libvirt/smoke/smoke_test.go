@@ -16,15 +16,11 @@
 package smoke
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,11 +42,9 @@ const (
 	// slirpHost is the address under which a guest on QEMU's user-mode
 	// network reaches the loopback of QEMU's (here: the namespace's) host;
 	// connections forwarded into the guest come from it too.
-	slirpHost = "10.0.2.2"
+	slirpHost = libvirthost.SlirpHost
 	squidPort = 3128
 	mac       = "52:54:00:e9:00:01"
-	// monitorHMP is VIR_DOMAIN_QEMU_MONITOR_COMMAND_HMP (libvirt-qemu.h).
-	monitorHMP = 1
 	// bootBound only stops a hung test: the guest needs about a minute
 	// under emulation on an idle machine, more on a busy one.
 	bootBound  = 6 * time.Minute
@@ -77,7 +71,6 @@ func TestLibvirtHostSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := volumeNames(t, l, pool)
 	name := fmt.Sprintf("smoke-%x", time.Now().UnixNano()&0xffffff)
 
 	// Torn down on every path; the last step checks it left nothing.
@@ -86,7 +79,7 @@ func TestLibvirtHostSmoke(t *testing.T) {
 	teardown := func() error {
 		var errs []error
 		if dom != nil {
-			if err := l.DomainDestroy(*dom); err != nil && !isLibvirt(err, libvirt.ErrOperationInvalid) {
+			if err := l.DomainDestroy(*dom); err != nil && !libvirthost.IsError(err, libvirt.ErrOperationInvalid) {
 				errs = append(errs, fmt.Errorf("destroy: %w", err))
 			}
 			if err := l.DomainUndefineFlags(*dom, libvirt.DomainUndefineNvram|libvirt.DomainUndefineManagedSave|
@@ -111,7 +104,7 @@ func TestLibvirtHostSmoke(t *testing.T) {
 	console := filepath.Join(h.QEMULogDir, name+".console")
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("guest console (last lines of %s):\n%s", console, tail(console, 60))
+			t.Logf("guest console (last lines of %s):\n%s", console, libvirthost.Tail(console, 60))
 		}
 	})
 
@@ -171,10 +164,7 @@ func TestLibvirtHostSmoke(t *testing.T) {
 	// libvirt 9.0 rejects passt in domain XML, and slirp's <portForward>
 	// needs it: the forward is added through the monitor. QEMU binds it on
 	// the namespace's loopback.
-	fwdPort := testenv.FreePort(t)
-	if _, err := l.QEMUDomainMonitorCommand(d, fmt.Sprintf("hostfwd_add hostnet0 tcp:127.0.0.1:%d-:%d", fwdPort, squidPort), monitorHMP); err != nil {
-		t.Fatalf("hostfwd_add: %v", err)
-	}
+	fwdPort := libvirthost.AddForward(t, l, d, squidPort)
 	t.Logf("domain %s defined and started in %.1fs; 127.0.0.1:%d forwards to the guest's :%d",
 		name, time.Since(applied).Seconds(), fwdPort, squidPort)
 
@@ -188,45 +178,27 @@ func TestLibvirtHostSmoke(t *testing.T) {
 	var addr netip.Addr
 	testenv.EventuallyNilWithin(t, bootBound, "the guest agent reports an IPv4 address on "+mac, func() error {
 		var err error
-		addr, err = agentAddress(l, d, mac)
+		addr, err = libvirthost.AgentAddress(l, d, mac)
 		return err
 	})
 	toAddress := time.Since(applied)
 	t.Logf("guest agent reports %s after %.1fs (QEMU's user-mode network; connected to only through the loopback forward)",
 		addr, toAddress.Seconds())
 
-	proxyURL := &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", fmt.Sprint(fwdPort))}
-	client := &http.Client{
-		Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true},
-		Timeout:   10 * time.Second,
-	}
+	client := libvirthost.ProxyClient(fwdPort)
 	target := fmt.Sprintf("http://%s/", net.JoinHostPort(slirpHost, fmt.Sprint(originPort)))
 	testenv.EventuallyNilWithin(t, bootBound, "a 200 from the origin through the guest's Squid", func() error {
-		resp, err := client.Get(target)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK || string(body) != originBody {
-			return fmt.Errorf("%s via %s: %s %q", target, proxyURL, resp.Status, body)
-		}
-		return nil
+		return libvirthost.GetBody(client, target, originBody)
 	})
 	toProxied := time.Since(applied)
-	t.Logf("GET %s through the guest's Squid (via %s): 200 %q after %.1fs", target, proxyURL, originBody, toProxied.Seconds())
+	t.Logf("GET %s through the guest's Squid (via 127.0.0.1:%d): 200 %q after %.1fs", target, fwdPort, originBody, toProxied.Seconds())
 
 	// A client outside allowedSourceRanges: the guest itself, from its own
 	// address. Squid must answer 403 without fetching: the origin's count
 	// stays where it was.
 	hitsBefore := hits.Load()
 	refusedURL := fmt.Sprintf("http://%s/refused", net.JoinHostPort(slirpHost, fmt.Sprint(originPort)))
-	script := fmt.Sprintf(`exec 3<>/dev/tcp/%s/%d && printf 'GET %s HTTP/1.0\r\n\r\n' >&3 && timeout 10 cat <&3`,
-		addr, squidPort, refusedURL)
-	out := guestExec(t, l, d, "/bin/bash", "-c", script)
+	out := libvirthost.RequestFromGuest(t, l, d, addr, squidPort, refusedURL)
 	status, _, _ := strings.Cut(out, "\n")
 	if !strings.Contains(status, " 403 ") || !strings.Contains(out, "ERR_ACCESS_DENIED") {
 		t.Fatalf("GET %s from %s (outside allowedSourceRanges %s/32): want Squid's 403 ERR_ACCESS_DENIED, got:\n%s",
@@ -244,14 +216,16 @@ func TestLibvirtHostSmoke(t *testing.T) {
 	if err := teardown(); err != nil {
 		t.Fatalf("teardown: %v", err)
 	}
-	after := volumeNames(t, l, pool)
-	if !slices.Equal(after, before) {
-		t.Fatalf("pool %s after teardown holds %v, before the test %v", h.Pool, after, before)
+	// Only this test's volumes (all named after the domain): the other
+	// libvirt tests may be filling the same pool meanwhile.
+	after := libvirthost.VolumeNames(t, l, pool)
+	if left := slices.DeleteFunc(slices.Clone(after), func(v string) bool { return !strings.HasPrefix(v, name) }); len(left) > 0 {
+		t.Fatalf("pool %s after teardown holds volumes of the test: %v", h.Pool, left)
 	}
-	if _, err := l.DomainLookupByName(name); !isLibvirt(err, libvirt.ErrNoDomain) {
+	if _, err := l.DomainLookupByName(name); !libvirthost.IsError(err, libvirt.ErrNoDomain) {
 		t.Fatalf("domain %s after teardown: lookup gives %v, want no domain", name, err)
 	}
-	t.Logf("domain undefined; pool %s holds %d volumes, as before the test (%v)", h.Pool, len(after), after)
+	t.Logf("domain undefined; pool %s holds no volume of the test (%d volumes in all)", h.Pool, len(after))
 }
 
 func domainXML(name, domainType, pool, disk, seed, console string) string {
@@ -286,86 +260,6 @@ func domainXML(name, domainType, pool, disk, seed, console string) string {
 </domain>`, domainType, name, pool, disk, pool, seed, mac, console)
 }
 
-// agentAddress is the first IPv4 address, not loopback or link-local, the
-// guest agent reports on the NIC with the MAC.
-func agentAddress(l *libvirt.Libvirt, d libvirt.Domain, mac string) (netip.Addr, error) {
-	ifaces, err := l.DomainInterfaceAddresses(d, uint32(libvirt.DomainInterfaceAddressesSrcAgent), 0)
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	var seen []string
-	for _, ifc := range ifaces {
-		hw := ""
-		if len(ifc.Hwaddr) > 0 {
-			hw = ifc.Hwaddr[0]
-		}
-		for _, a := range ifc.Addrs {
-			seen = append(seen, fmt.Sprintf("%s(%s)=%s/%d", ifc.Name, hw, a.Addr, a.Prefix))
-			ip, err := netip.ParseAddr(a.Addr)
-			if err != nil || !strings.EqualFold(hw, mac) || !ip.Is4() || ip.IsLoopback() || ip.IsLinkLocalUnicast() {
-				continue
-			}
-			return ip, nil
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("no IPv4 address on %s yet; the agent reports %v", mac, seen)
-}
-
-// guestExec runs a command in the guest through the agent's guest-exec
-// and returns its stdout.
-func guestExec(t *testing.T, l *libvirt.Libvirt, d libvirt.Domain, path string, args ...string) string {
-	t.Helper()
-	cmd, err := json.Marshal(map[string]any{"execute": "guest-exec", "arguments": map[string]any{
-		"path": path, "arg": args, "capture-output": true,
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := l.QEMUDomainAgentCommand(d, string(cmd), 10, 0)
-	if err != nil || len(res) == 0 {
-		t.Fatalf("guest-exec %s: %v", path, err)
-	}
-	var started struct {
-		Return struct{ PID int } `json:"return"`
-	}
-	if err := json.Unmarshal([]byte(res[0]), &started); err != nil {
-		t.Fatalf("guest-exec answer %q: %v", res[0], err)
-	}
-	var status struct {
-		Return struct {
-			Exited   bool   `json:"exited"`
-			ExitCode int    `json:"exitcode"`
-			OutData  string `json:"out-data"`
-			ErrData  string `json:"err-data"`
-		} `json:"return"`
-	}
-	testenv.EventuallyNil(t, "guest-exec "+path+" exits", func() error {
-		res, err := l.QEMUDomainAgentCommand(d, fmt.Sprintf(`{"execute":"guest-exec-status","arguments":{"pid":%d}}`, started.Return.PID), 10, 0)
-		if err != nil {
-			return err
-		}
-		if len(res) == 0 {
-			return errors.New("empty guest-exec-status answer")
-		}
-		if err := json.Unmarshal([]byte(res[0]), &status); err != nil {
-			return err
-		}
-		if !status.Return.Exited {
-			return errors.New("still running")
-		}
-		return nil
-	})
-	out, err := base64.StdEncoding.DecodeString(status.Return.OutData)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if status.Return.ExitCode != 0 {
-		errOut, _ := base64.StdEncoding.DecodeString(status.Return.ErrData)
-		t.Fatalf("guest-exec %s %q: exit %d, stdout %q, stderr %q", path, args, status.Return.ExitCode, out, errOut)
-	}
-	return string(out)
-}
-
 func uploadFile(t *testing.T, l *libvirt.Libvirt, pool libvirt.StoragePool, name, format, path string) libvirt.StorageVol {
 	t.Helper()
 	f, err := os.Open(path)
@@ -397,39 +291,4 @@ func upload(t *testing.T, l *libvirt.Libvirt, pool libvirt.StoragePool, name, fo
 		t.Fatalf("upload volume %s: %v", name, err)
 	}
 	return vol
-}
-
-func volumeNames(t *testing.T, l *libvirt.Libvirt, pool libvirt.StoragePool) []string {
-	t.Helper()
-	if err := l.StoragePoolRefresh(pool, 0); err != nil {
-		t.Fatal(err)
-	}
-	vols, _, err := l.StoragePoolListAllVolumes(pool, 1, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := make([]string, 0, len(vols))
-	for _, v := range vols {
-		names = append(names, v.Name)
-	}
-	slices.Sort(names)
-	return names
-}
-
-func isLibvirt(err error, code libvirt.ErrorNumber) bool {
-	var le libvirt.Error
-	return errors.As(err, &le) && le.Code == uint32(code)
-}
-
-// tail is the file's last n lines, or why it cannot be read.
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

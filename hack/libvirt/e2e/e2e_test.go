@@ -1,0 +1,452 @@
+// Package e2e runs a Proxy end to end on the libvirt test host
+// (hack/libvirt): the operator in-process on a real kube-apiserver and
+// etcd, its providers config naming the host under both type names (kvm
+// and kvm2), the real provider over SSH to the real libvirtd, the real
+// Debian guest booted from the provider's seed with the generated Squid
+// cloud-config.
+//
+// It runs only inside the host's namespace: `make test-libvirt` (or
+// `go test -exec hack/libvirt/run.sh ./hack/libvirt/e2e` with
+// KUBEBUILDER_ASSETS set); without a host it skips
+// (internal/testenv/libvirthost).
+//
+// Network: everything this test reaches is on the namespace's loopback
+// (the control plane, sshd, the image server, the origin, the port forward
+// into the guest); the guest reaches the origin through QEMU's user-mode
+// network (10.0.2.2 is the namespace's loopback) and nothing else (the
+// namespace has no route out).
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	libvirtrpc "github.com/digitalocean/go-libvirt"
+	"github.com/go-logr/logr/funcr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/operator"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/libvirt"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/libvirthost"
+)
+
+const (
+	squidPort  = 3128
+	originBody = "hello through the operator's guest\n"
+	// readyBound only stops a hung test: the guest boots under emulation
+	// in about a minute on an idle machine, several on a busy one.
+	readyBound = 12 * time.Minute
+	// imageCachePrefix starts the image cache's volumes, which stay in the
+	// pool by design (one download per host).
+	imageCachePrefix = "egress-proxy-image_"
+)
+
+// operatorLog keeps the operator's log lines (controller-runtime's global
+// logger, set once per process); a failed test prints its tail.
+var operatorLog = &lines{}
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(funcr.New(operatorLog.add, funcr.Options{Verbosity: 1}))
+	os.Exit(m.Run())
+}
+
+type lines struct {
+	mu sync.Mutex
+	l  []string
+}
+
+func (l *lines) add(prefix, args string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.l = append(l.l, prefix+" "+args)
+}
+
+func (l *lines) tail(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.l[max(0, len(l.l)-n):], "\n")
+}
+
+// calls records what the providers built under each type name answered,
+// so the test can tell which type served the Proxy.
+type calls struct {
+	mu      sync.Mutex
+	creates map[string][]string            // type -> instance names
+	gets    map[string][]provider.Instance // type -> successful Get answers
+}
+
+// types is the registry's own constructor map (both type names must be
+// registered there) with the kvm and kvm2 providers observed.
+func (c *calls) types(t *testing.T, base map[string]registry.Type) map[string]registry.Type {
+	t.Helper()
+	for _, typ := range libvirt.TypeNames {
+		orig, ok := base[typ]
+		if !ok {
+			t.Fatalf("registry.DefaultTypes() has no type %s", typ)
+		}
+		wrapped := orig
+		wrapped.New = func(name string, settings any, opts provider.Options) (provider.Provider, error) {
+			p, err := orig.New(name, settings, opts)
+			if err != nil {
+				return nil, err
+			}
+			full, ok := p.(libvirthost.FullProvider)
+			if !ok {
+				return nil, fmt.Errorf("type %s built a %T, which is not a Checker, SecondaryLister and io.Closer", typ, p)
+			}
+			return libvirthost.Observe(full, libvirthost.Hooks{
+				Create: func(req provider.CreateRequest, _ provider.Instance, err error) {
+					c.mu.Lock()
+					defer c.mu.Unlock()
+					c.creates[typ] = append(c.creates[typ], req.Name)
+				},
+				Get: func(_ string, inst provider.Instance, err error) {
+					if err != nil {
+						return
+					}
+					c.mu.Lock()
+					defer c.mu.Unlock()
+					c.gets[typ] = append(c.gets[typ], inst)
+				},
+			}), nil
+		}
+		base[typ] = wrapped
+	}
+	return base
+}
+
+func (c *calls) snapshot(typ string) (creates []string, gets []provider.Instance) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.creates[typ]), slices.Clone(c.gets[typ])
+}
+
+// providersYAML is the providers config: entry lv of type typ, and entry
+// lv2 of type kvm2, both on the test host.
+func providersYAML(typ string, block []byte) string {
+	return fmt.Sprintf("providers:\n- name: lv\n  type: %s\n  %s: %s\n- name: lv2\n  type: kvm2\n  kvm2: %s\n", typ, typ, block, block)
+}
+
+func writeFileAtomically(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := filepath.Join(filepath.Dir(path), ".providers.yaml.tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestProxyEndToEnd(t *testing.T) {
+	h := libvirthost.Require(t)
+	guest := h.RequireGuest(t)
+	l := h.Connect(t)
+	pool, err := l.StoragePoolLookupByName(h.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the operator's last log lines:\n%s", operatorLog.tail(150))
+		}
+	})
+	volsBefore := libvirthost.VolumeNames(t, l, pool)
+	env := startControlPlane(t)
+	ctx := context.Background()
+	imageURL, downloads := libvirthost.ImageServer(t, guest)
+	block := h.ProviderConfig(h.Socket, imageURL, guest)
+
+	dir := t.TempDir()
+	configPath := filepath.Join(dir, "providers.yaml")
+	writeFileAtomically(t, configPath, providersYAML(libvirt.TypeKVM, block))
+	rec := &calls{creates: map[string][]string{}, gets: map[string][]provider.Instance{}}
+	ns := env.Namespace(t, "e2e")
+	// Registered before the operator starts, so it runs once the operator
+	// stopped: a failed run leaves no guest on the shared host. A passing
+	// one has removed everything itself (checked below).
+	t.Cleanup(func() {
+		prefix := provider.InstanceNamePrefix + ns + "-"
+		doms, _, err := l.ConnectListAllDomains(1, libvirtrpc.ConnectListDomainsActive|libvirtrpc.ConnectListDomainsInactive)
+		if err != nil {
+			t.Errorf("listing the domains: %v", err)
+		}
+		for _, d := range doms {
+			if strings.HasPrefix(d.Name, prefix) && libvirthost.RemoveDomain(t, l, d.Name) {
+				t.Logf("removed domain %s the test left", d.Name)
+			}
+		}
+		if vols := libvirthost.RemoveVolumes(t, l, pool, func(v string) bool { return strings.HasPrefix(v, prefix) }); len(vols) > 0 {
+			t.Logf("removed volumes the test left: %v", vols)
+		}
+	})
+	op, err := operator.New(ctx, env.Config, operator.Options{
+		ProvidersConfig: configPath, MetricsAddr: "0", ProbeAddr: "0",
+		InstallationID: "e2e-" + randHex(t), Namespaces: []string{ns}, SkipControllerNameValidation: true,
+		Types: rec.types(t, registry.DefaultTypes()),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- op.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("the operator ended with %v", err)
+		}
+	})
+
+	// Both type names are accepted for the host, and check it.
+	for _, name := range []string{"lv", "lv2"} {
+		ph := waitHealthy(t, env, name)
+		t.Logf("ProviderHealth %s: type %s, Healthy, target %s at %s, details %v", name, ph.Status.Type, ph.Status.Target, ph.Status.Address, ph.Status.Details)
+	}
+
+	key := client.ObjectKey{Namespace: ns, Name: "e2e"}
+	px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name}, Spec: egressv1.ProxySpec{
+		Provider: "lv", Port: squidPort, AllowedSourceRanges: []string{libvirthost.SlirpHost + "/32"},
+	}}
+	applied := time.Now()
+	if err := env.Client.Create(ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	px = waitReady(t, env, key, applied)
+	toReady := time.Since(applied)
+	t.Logf("TIMING apply->Ready %.0fs", toReady.Seconds())
+	t.Logf("Proxy %s Ready: providerID %s, instance %s, status.ip %s, endpoint %s (image downloads: %d)",
+		key, px.Status.ProviderID, px.Status.InstanceName, px.Status.IP, px.Status.Endpoint, downloads.Load())
+
+	// status.ip is what the guest agent reports, read here on our own
+	// connection; under user-mode networking it is the guest's own
+	// address, which is reached only through the loopback forward.
+	dom, err := l.DomainLookupByName(px.Status.InstanceName)
+	if err != nil {
+		t.Fatalf("the Proxy's domain %s: %v", px.Status.InstanceName, err)
+	}
+	mac, err := libvirthost.DomainMAC(l, dom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := libvirthost.AgentAddress(l, dom, mac)
+	if err != nil {
+		t.Fatalf("the guest agent of %s: %v", dom.Name, err)
+	}
+	if px.Status.IP != agent.String() {
+		t.Fatalf("status.ip %s, the guest agent reports %s on %s", px.Status.IP, agent, mac)
+	}
+	t.Logf("the guest agent reports %s on %s: status.ip matches (connected to only through the loopback forward)", agent, mac)
+
+	fwd := libvirthost.AddForward(t, l, dom, squidPort)
+	origin, hits := testenv.CountingOrigin(t, "127.0.0.1", originBody, false)
+	originPort := origin.Listener.Addr().(*net.TCPAddr).Port
+	target := fmt.Sprintf("http://%s/", net.JoinHostPort(libvirthost.SlirpHost, fmt.Sprint(originPort)))
+	proxyClient := libvirthost.ProxyClient(fwd)
+	testenv.EventuallyNilWithin(t, readyBound, "a 200 from the origin through the guest's Squid", func() error {
+		return libvirthost.GetBody(proxyClient, target, originBody)
+	})
+	t.Logf("GET %s through the guest's Squid (127.0.0.1:%d forwards to the guest's :%d): 200 %q", target, fwd, squidPort, originBody)
+
+	// A client outside allowedSourceRanges: the guest itself, from its own
+	// address. Squid answers 403 without fetching: the origin's count
+	// stays where it was.
+	hitsBefore := hits.Load()
+	refused := fmt.Sprintf("http://%s/refused", net.JoinHostPort(libvirthost.SlirpHost, fmt.Sprint(originPort)))
+	out := libvirthost.RequestFromGuest(t, l, dom, agent, squidPort, refused)
+	status, _, _ := strings.Cut(out, "\n")
+	if !strings.Contains(status, " 403 ") || !strings.Contains(out, "ERR_ACCESS_DENIED") {
+		t.Fatalf("GET %s from %s (outside allowedSourceRanges %s/32): want Squid's 403 ERR_ACCESS_DENIED, got:\n%s",
+			refused, agent, libvirthost.SlirpHost, out)
+	}
+	if n := hits.Load(); n != hitsBefore {
+		t.Fatalf("the refused request reached the origin: %d requests, %d before it", n, hitsBefore)
+	}
+	t.Logf("GET %s from %s (outside allowedSourceRanges): %s, ERR_ACCESS_DENIED, the origin not reached", refused, agent, strings.TrimSpace(status))
+
+	switchType(t, env, op, rec, l, configPath, block, key, px, dom)
+
+	// Delete: the Proxy goes, and with it the domain and every volume of
+	// the instance; the image cache stays.
+	if err := env.Client.Delete(ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	testenv.EventuallyNilWithin(t, 5*time.Minute, "the Proxy gone", func() error {
+		err := env.Client.Get(ctx, key, &egressv1.Proxy{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("Proxy %s still there", key)
+	})
+	t.Logf("Proxy %s gone %.1fs after its delete", key, time.Since(deleted).Seconds())
+	if _, err := l.DomainLookupByName(px.Status.InstanceName); !libvirthost.IsError(err, libvirtrpc.ErrNoDomain) {
+		t.Fatalf("domain %s after the Proxy is gone: lookup gives %v, want no domain", px.Status.InstanceName, err)
+	}
+	// The instance's volumes are named after it (<instance>_...); the
+	// other libvirt tests may be filling the same pool meanwhile.
+	after := libvirthost.VolumeNames(t, l, pool)
+	var left, cache []string
+	for _, v := range after {
+		switch {
+		case strings.HasPrefix(v, px.Status.InstanceName):
+			left = append(left, v)
+		case strings.HasPrefix(v, imageCachePrefix) && !slices.Contains(volsBefore, v):
+			cache = append(cache, v)
+		}
+	}
+	if len(left) > 0 {
+		t.Fatalf("pool %s after the Proxy is gone holds volumes of the test: %v", h.Pool, left)
+	}
+	t.Logf("domain %s gone; pool %s holds no volume of the test (%d volumes in all; the image cache stays: new in this test %v)",
+		px.Status.InstanceName, h.Pool, len(after), cache)
+}
+
+// switchType rewrites entry lv from type kvm to kvm2 (same name, same
+// block): the registry rebuilds it, the kvm2 provider reads the same
+// instance Running (both names write and read the same marks), and the
+// Proxy stays Ready on the same providerID, with no new domain.
+func switchType(t *testing.T, env *testenv.Env, op *operator.Operator, rec *calls, l *libvirtrpc.Libvirt,
+	configPath string, block []byte, key client.ObjectKey, px *egressv1.Proxy, dom libvirtrpc.Domain) {
+	t.Helper()
+	ctx := context.Background()
+	creates, _ := rec.snapshot(libvirt.TypeKVM2)
+	writeFileAtomically(t, configPath, providersYAML(libvirt.TypeKVM2, block))
+	testenv.EventuallyNil(t, "entry lv rebuilt as type kvm2", func() error {
+		for _, e := range op.Registry.Entries() {
+			if e.Name == "lv" && e.Type == libvirt.TypeKVM2 {
+				return nil
+			}
+		}
+		return fmt.Errorf("entry lv is not kvm2 yet")
+	})
+	testenv.EventuallyNilWithin(t, 3*time.Minute, "the kvm2 provider of lv reading the instance Running", func() error {
+		_, gets := rec.snapshot(libvirt.TypeKVM2)
+		for _, g := range gets {
+			if g.ID == px.Status.ProviderID && g.State == provider.StateRunning && g.IP == px.Status.IP {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Get of %s by a kvm2 provider answered Running with %s yet (%d answers)", px.Status.ProviderID, px.Status.IP, len(gets))
+	})
+	got := &egressv1.Proxy{}
+	if err := env.Client.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, egressv1.ConditionReady) ||
+		got.Status.ProviderID != px.Status.ProviderID || got.Status.InstanceName != px.Status.InstanceName {
+		t.Fatalf("after the switch to kvm2: Ready %v, providerID %s, instance %s; want Ready on %s, %s",
+			meta.FindStatusCondition(got.Status.Conditions, egressv1.ConditionReady), got.Status.ProviderID, got.Status.InstanceName,
+			px.Status.ProviderID, px.Status.InstanceName)
+	}
+	if now, _ := rec.snapshot(libvirt.TypeKVM2); len(now) != len(creates) {
+		// A Create that adopts is harmless, but none is due: Get said Running.
+		t.Logf("kvm2 providers were asked to create %v after the switch", now[len(creates):])
+	}
+	again, err := l.DomainLookupByName(px.Status.InstanceName)
+	if err != nil {
+		t.Fatalf("domain %s after the switch: %v", px.Status.InstanceName, err)
+	}
+	if again.UUID != dom.UUID {
+		t.Fatalf("domain %s after the switch has UUID %x, before %x: a new domain", again.Name, again.UUID, dom.UUID)
+	}
+	doms, _, err := l.ConnectListAllDomains(1, libvirtrpc.ConnectListDomainsActive|libvirtrpc.ConnectListDomainsInactive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range doms {
+		if d.Name != again.Name && strings.HasPrefix(d.Name, "proxy-"+key.Namespace) {
+			t.Fatalf("after the switch the host has another domain of the Proxy's namespace: %s", d.Name)
+		}
+	}
+	t.Logf("entry lv switched from kvm to kvm2: Proxy still Ready on %s, the kvm2 provider reads it Running at %s, same domain %s (UUID %x)",
+		got.Status.ProviderID, got.Status.IP, again.Name, again.UUID)
+}
+
+// startControlPlane is testenv.Start for the host's namespace: its only
+// addresses are loopback ones and it has no default route, from which
+// kube-apiserver would derive its advertise address.
+func startControlPlane(t *testing.T) *testenv.Env {
+	t.Helper()
+	env, err := testenv.New(testenv.WithLogf(t.Logf), testenv.WithAdvertiseAddress("127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping the control plane: %v", err)
+		}
+	})
+	return env
+}
+
+func waitHealthy(t *testing.T, env *testenv.Env, name string) *egressv1.ProviderHealth {
+	t.Helper()
+	ph := &egressv1.ProviderHealth{}
+	testenv.EventuallyNilWithin(t, 2*time.Minute, "ProviderHealth "+name+" Healthy", func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, ph); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(ph.Status.Conditions, egressv1.ConditionHealthy); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("ProviderHealth %s: %+v", name, c)
+		}
+		return nil
+	})
+	return ph
+}
+
+// waitReady waits for the Proxy's Ready condition, logging each new
+// message on the way (the provider's progress).
+func waitReady(t *testing.T, env *testenv.Env, key client.ObjectKey, since time.Time) *egressv1.Proxy {
+	t.Helper()
+	px := &egressv1.Proxy{}
+	last := ""
+	testenv.EventuallyNilWithin(t, readyBound, "Proxy "+key.String()+" Ready", func() error {
+		if err := env.Client.Get(context.Background(), key, px); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady)
+		if c == nil {
+			return fmt.Errorf("no Ready condition yet")
+		}
+		if line := c.Reason + ": " + c.Message; line != last {
+			t.Logf("%5.1fs Ready=%s %s", time.Since(since).Seconds(), c.Status, line)
+			last = line
+		}
+		if c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("Ready=%s %s: %s", c.Status, c.Reason, c.Message)
+		}
+		return nil
+	})
+	return px
+}
+
+func randHex(t *testing.T) string {
+	t.Helper()
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b[:])
+}
