@@ -88,7 +88,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	case st.Running:
 		return provisioning(id, req.UID, st.Progress), nil
 	}
-	if _, ok := p.deleteInFlight(req.Name); ok {
+	if p.deleting.Running(req.Name) {
 		return provider.Instance{}, provider.Errorf(provider.ErrTransient, "instance %s is being deleted; it is created again once it is gone", req.Name)
 	}
 	api, err := p.client()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/go-logr/logr"
@@ -153,10 +154,11 @@ func (p *Provider) ensureRule(ctx context.Context, api computeAPI, pl plan, req 
 }
 
 // removeRule deletes the instance's rule when it is this installation's;
-// what is gone, not ours, or being deleted already is fine. It does not
-// wait: Delete stays within its bound, and a rule whose delete failed is an
-// orphan the collector removes (ListSecondary).
-func (p *Provider) removeRule(ctx context.Context, api computeAPI, name string) error {
+// what is gone, not ours, or being deleted already is fine. It waits for
+// the delete's operation at most wait (0: to the end, in the delete step;
+// briefly in a caller's foreground), and a rule whose delete did not
+// finish or failed is an orphan the collector removes (ListSecondary).
+func (p *Provider) removeRule(ctx context.Context, api computeAPI, name string, wait time.Duration) error {
 	fw, err := api.GetFirewall(ctx, name)
 	if err != nil {
 		err = classify(err, call{what: "reading firewall rule " + name, target: p.ruleTarget(name)})
@@ -168,10 +170,40 @@ func (p *Provider) removeRule(ctx context.Context, api computeAPI, name string) 
 	if m := parseRuleMarks(fw); !m.Managed || m.Installation != p.opts.InstallationID {
 		return nil
 	}
-	if _, err := api.DeleteFirewall(ctx, name); err != nil && !isNotFound(err) && !isBusy(err) {
-		return classify(err, call{what: "deleting firewall rule " + name})
+	if err := p.deleteRule(ctx, api, name, wait); err != nil {
+		return err
 	}
 	logr.FromContextOrDiscard(ctx).V(1).Info("gcp firewall rule deleted", "rule", name)
 	provider.Note(ctx, "firewallRule", "deleted")
+	return nil
+}
+
+// deleteRule deletes the rule named name and waits for the operation at
+// most wait (0: to the end of ctx). Gone or being deleted already is fine;
+// a delete not waited for to its end is fine too (submitted).
+func (p *Provider) deleteRule(ctx context.Context, api computeAPI, name string, wait time.Duration) error {
+	what := "deleting firewall rule " + name
+	op, err := api.DeleteFirewall(ctx, name)
+	switch {
+	case err != nil && (isNotFound(err) || isBusy(err)):
+		return nil
+	case err != nil:
+		return classify(err, call{what: what})
+	}
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if wait > 0 {
+		wctx, cancel = context.WithTimeout(ctx, wait)
+	}
+	defer cancel()
+	if op, err = waitGlobalOp(wctx, api, op, what); err != nil {
+		if wctx.Err() != nil {
+			logr.FromContextOrDiscard(ctx).V(1).Info("gcp firewall rule delete submitted; not waited for to the end", "rule", name)
+			return nil
+		}
+		return err
+	}
+	if err := opError(op, what); err != nil {
+		return err
+	}
 	return nil
 }

@@ -53,6 +53,11 @@ type Provider struct {
 	names    keyedlock.Locks
 	steps    *inflight.Table
 	creating creatingSet
+	// deleting runs each Delete's slow part (its operation followed to
+	// the end, then the firewall rule): while it runs Delete submits
+	// nothing more (overlapping deletes draw 403 rateLimitExceeded), and
+	// Get never reads the instance as Running.
+	deleting *inflight.Table
 
 	// mu guards the memory below, which a restart may lose: it only
 	// makes answers more precise, and nothing is wrong without it.
@@ -63,11 +68,6 @@ type Provider struct {
 	// an instance whose insert failed as Stopped, so that the reconciler's
 	// next Create tries again without an "instance lost" event.
 	inserts map[string]*insertMemo
-	// deletes are the delete operations of ours in flight, by name: Delete
-	// reads the operation instead of submitting another (overlapping
-	// deletes draw 403 rateLimitExceeded), and Get never reads the
-	// instance as Running meanwhile.
-	deletes map[string]deleteMemo
 	// regions are those this process has placed or read instances in,
 	// beside the configured zones' (the Checker's quota details).
 	regions map[string]bool
@@ -101,11 +101,6 @@ type insertMemo struct {
 	failed  string // the last failure, for Get's progress
 }
 
-type deleteMemo struct {
-	zone string
-	op   string
-}
-
 // clientSet is the built client: the seam and the transports to close.
 type clientSet struct {
 	api       computeAPI
@@ -126,9 +121,9 @@ func New(name string, cfg Config, opts provider.Options) (*Provider, error) {
 		opts:    opts,
 		cfg:     cfg,
 		dest:    cfg.Settings.Policy(),
-		steps:   inflight.New(provider.OpCreate),
-		inserts: map[string]*insertMemo{},
-		deletes: map[string]deleteMemo{},
+		steps:    inflight.New(provider.OpCreate),
+		deleting: inflight.New(provider.OpDelete),
+		inserts:  map[string]*insertMemo{},
 		regions: map[string]bool{},
 		now:     time.Now,
 	}
@@ -176,7 +171,7 @@ func (p *Provider) client() (computeAPI, error) {
 func (p *Provider) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), inflight.StopBound)
 	defer cancel()
-	err := p.steps.Close(ctx)
+	err := errors.Join(p.steps.Close(ctx), p.deleting.Close(ctx))
 	p.buildMu.Lock()
 	defer p.buildMu.Unlock()
 	p.closed = true
@@ -190,7 +185,9 @@ func (p *Provider) Close() error {
 	return err
 }
 
-func (p *Provider) String() string { return fmt.Sprintf("gcp provider %q (project %s)", p.name, p.cfg.Project) }
+func (p *Provider) String() string {
+	return fmt.Sprintf("gcp provider %q (project %s)", p.name, p.cfg.Project)
+}
 
 // ---- memory ----
 
@@ -274,25 +271,6 @@ func (p *Provider) forgetInsert(name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.inserts, name)
-}
-
-func (p *Provider) deleteInFlight(name string) (deleteMemo, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	d, ok := p.deletes[name]
-	return d, ok
-}
-
-func (p *Provider) trackDelete(name string, d deleteMemo) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.deletes[name] = d
-}
-
-func (p *Provider) forgetDelete(name string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.deletes, name)
 }
 
 // creatingInstance is a create step in flight, as ListByTag and Get report

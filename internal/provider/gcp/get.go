@@ -10,12 +10,13 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
-// Get reads the instance: while its create step runs, Provisioning with
-// the step's progress (or the step's failure, once: an insert that failed
-// after it was accepted reaches the caller with its class, where the seeds
-// saw only NotFound); else the instance, ours only (the marks; anything
-// else is NotFound), in the state table, with its address in the entry's
-// mode. An instance whose last insert failed and whose failure was
+// Get reads the instance, ours only (the marks; anything else is
+// NotFound), in the state table, with its address in the entry's mode. A
+// create step that failed is Get's error, with its class, once (an insert
+// that failed after it was accepted reaches the caller with its class,
+// where the seeds saw only NotFound); while one runs, an instance the API
+// does not show yet is Provisioning with the step's progress, never
+// NotFound. An instance whose last insert failed and whose failure was
 // reported reads Stopped, so that the reconciler's next Create tries
 // again (on its own backoff: the failure's class decided it).
 func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error) {
@@ -29,12 +30,9 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 	ctx = withOp(logr.NewContext(ctx, logr.FromContextOrDiscard(ctx).WithValues("zone", zone, "name", name)), provider.OpGet)
 	ctx, cancel := context.WithTimeout(ctx, foregroundBound)
 	defer cancel()
-	switch st := p.steps.Poll(name); {
-	case st.Err != nil:
+	st := p.steps.Poll(name)
+	if st.Err != nil {
 		return provider.Instance{}, st.Err
-	case st.Running:
-		ci, _ := p.creating.get(name)
-		return provisioning(id, ci.uid, st.Progress), nil
 	}
 	api, err := p.client()
 	if err != nil {
@@ -43,6 +41,12 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 	in, err := api.GetInstance(ctx, zone, name)
 	if err != nil {
 		err = classify(err, call{what: "reading instance " + id, target: p.instanceTarget(zone, name)})
+		if errors.Is(err, provider.ErrNotFound) && st.Running {
+			// The insert has not made it yet (or GCE answers 404 while
+			// its operation runs): Provisioning, never NotFound.
+			ci, _ := p.creating.get(name)
+			return provisioning(id, ci.uid, st.Progress), nil
+		}
 		if errors.Is(err, provider.ErrNotFound) {
 			if failure, ok := p.lastInsertFailure(name); ok {
 				return provider.Instance{ID: id, State: provider.StateStopped,
@@ -57,6 +61,9 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 	}
 	p.noteRegion(regionOf(zone))
 	inst := p.describe(in, zone)
+	if st.Running && inst.State == provider.StateProvisioning {
+		inst.Progress = st.Progress
+	}
 	logr.FromContextOrDiscard(ctx).V(2).Info("gcp instance", "status", in.GetStatus(), "ip", inst.IP,
 		"internalIP", address(in, AddressInternal), "externalIP", address(in, AddressExternal))
 	return inst, nil
@@ -65,7 +72,7 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 // describe is the instance in, with its state and, while it runs, its
 // address.
 func (p *Provider) describe(in *computepb.Instance, zone string) provider.Instance {
-	_, deleting := p.deleteInFlight(in.GetName())
+	deleting := p.deleting.Running(in.GetName())
 	ip := address(in, p.cfg.AddressMode)
 	state := mapState(in.GetStatus(), ip, deleting)
 	if state != provider.StateRunning {

@@ -230,8 +230,8 @@ func (p *Provider) DeleteSecondary(ctx context.Context, id string) error {
 			return err
 		}
 	}
-	if _, err := api.DeleteFirewall(ctx, name); err != nil && !isNotFound(err) && !isBusy(err) {
-		return classify(err, call{what: "deleting firewall rule " + name})
+	if err := p.deleteRule(ctx, api, name, foregroundRuleWait); err != nil {
+		return err
 	}
 	logr.FromContextOrDiscard(ctx).V(1).Info("gcp orphaned firewall rule deleted", "rule", name)
 	return nil

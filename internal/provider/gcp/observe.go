@@ -63,7 +63,9 @@ const (
 	opDeleteStep = "delete.step"
 )
 
-func withOp(ctx context.Context, op string) context.Context { return context.WithValue(ctx, opKey{}, op) }
+func withOp(ctx context.Context, op string) context.Context {
+	return context.WithValue(ctx, opKey{}, op)
+}
 
 func opOf(ctx context.Context) string {
 	op, _ := ctx.Value(opKey{}).(string)
