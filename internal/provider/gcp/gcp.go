@@ -117,15 +117,15 @@ func New(name string, cfg Config, opts provider.Options) (*Provider, error) {
 		return nil, provider.Wrap(name, "new", provider.ErrPermanent, errs.ToAggregate())
 	}
 	p := &Provider{
-		name:    name,
-		opts:    opts,
-		cfg:     cfg,
-		dest:    cfg.Settings.Policy(),
+		name:     name,
+		opts:     opts,
+		cfg:      cfg,
+		dest:     cfg.Settings.Policy(),
 		steps:    inflight.New(provider.OpCreate),
 		deleting: inflight.New(provider.OpDelete),
 		inserts:  map[string]*insertMemo{},
-		regions: map[string]bool{},
-		now:     time.Now,
+		regions:  map[string]bool{},
+		now:      time.Now,
 	}
 	p.netProject, p.netPath, _ = parseNetwork(cfg.Project, cfg.Network) // Validate proved it
 	if cfg.Subnetwork != "" {
