@@ -1,9 +1,12 @@
 package gcp
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -141,4 +144,38 @@ func rulePath(name string) string { return "projects/" + testProject + "/global/
 // failNext queues a synchronous fault on the fake.
 func failNext(env *gcptest.Env, method, path string, e *fakecompute.APIError) {
 	env.Fake.FailNext(fakecompute.Fault{Method: method, Path: path, Err: e})
+}
+
+// human makes one API request with the env's token, outside the provider
+// (a human with gcloud); body, when set, is sent as JSON, and out, when
+// set, receives a 200 answer.
+func human(t *testing.T, env *gcptest.Env, method, path string, body, out any) int {
+	t.Helper()
+	var rd *bytes.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, env.Endpoint()+"/compute/v1/"+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+env.Tokens.Token(env.Email))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if out != nil && resp.StatusCode == http.StatusOK {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return resp.StatusCode
 }
