@@ -61,8 +61,10 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 	}
 	p.noteRegion(regionOf(zone))
 	inst := p.describe(in, zone)
-	if st.Running && inst.State == provider.StateProvisioning {
-		inst.Progress = st.Progress
+	if st.Running && (inst.State == provider.StateProvisioning || inst.State == provider.StateRunning) {
+		// Until its step has read the insert's operation to the end, the
+		// instance is still being created, whatever its status says.
+		inst.State, inst.IP, inst.Progress = provider.StateProvisioning, "", st.Progress
 	}
 	logr.FromContextOrDiscard(ctx).V(2).Info("gcp instance", "status", in.GetStatus(), "ip", inst.IP,
 		"internalIP", address(in, AddressInternal), "externalIP", address(in, AddressExternal))

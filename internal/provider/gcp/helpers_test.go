@@ -80,9 +80,12 @@ func (l *logBuffer) String() string {
 }
 
 // logCtx is a ctx whose logger writes every tier to the returned buffer.
-func logCtx(t *testing.T) (context.Context, *logBuffer) {
+func logCtx(t *testing.T) (context.Context, *logBuffer) { return logCtxAt(t, 10) }
+
+// logCtxAt is logCtx up to verbosity v.
+func logCtxAt(t *testing.T, v int) (context.Context, *logBuffer) {
 	buf := &logBuffer{}
-	return logr.NewContext(t.Context(), funcr.New(buf.write, funcr.Options{Verbosity: 10})), buf
+	return logr.NewContext(t.Context(), funcr.New(buf.write, funcr.Options{Verbosity: v})), buf
 }
 
 // bounded is the provider behind the method boundary, as the registry
@@ -178,4 +181,21 @@ func human(t *testing.T, env *gcptest.Env, method, path string, body, out any) i
 		}
 	}
 	return resp.StatusCode
+}
+
+// holdInserts is a wire seam that holds every instance insert until
+// release is closed or its ctx ends.
+func holdInserts(release <-chan struct{}) func(http.RoundTripper) http.RoundTripper {
+	return func(next http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/instances") {
+				select {
+				case <-release:
+				case <-req.Context().Done():
+					return nil, req.Context().Err()
+				}
+			}
+			return next.RoundTrip(req)
+		})
+	}
 }
