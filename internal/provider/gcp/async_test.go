@@ -23,6 +23,10 @@ func insertRequestIDs(env *gcptest.Env) []string {
 	return ids
 }
 
+// Seed gap (gcp): "Asynchronous insert failures are never read: an insert
+// the API accepts but that fails later (quota, bad image) is seen only as
+// NotFound on the next Get, and the reconciler creates again."
+//
 // An insert the API accepts and then fails reaches the next call (Get or
 // Create) with its class and its code, once; afterwards Get reads the
 // instance Stopped (so the reconciler's next Create tries again, without
@@ -30,7 +34,7 @@ func insertRequestIDs(env *gcptest.Env) []string {
 // old one would only replay the failed operation) and gets the instance
 // running. Every shape the API fails an insert in, with and without
 // httpErrorStatusCode (the SDK's Wait returns nil without it).
-func TestAsyncInsertFailureReachesTheNextCall(t *testing.T) {
+func TestGapAsynchronousInsertFailuresAreNeverRead(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		fault *fakecompute.AsyncError

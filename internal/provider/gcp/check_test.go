@@ -12,9 +12,12 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp/gcptest"
 )
 
+// Seed gap (gcp, section 2: "Checker Details: none"; section 10: "Checker
+// Details for gcp (quota headroom)").
+//
 // A healthy check is one projects.get plus one regions.get per region in
 // use, and its details carry the quota headroom an instance draws on.
-func TestCheckReportsQuotaHeadroom(t *testing.T) {
+func TestGapCheckerHasNoDetails(t *testing.T) {
 	env := gcptest.New(t)
 	env.Fake.SetRegionQuota("europe-west1", "INSTANCES", 1)
 	b := bounded(newTestProvider(t, env, func(c *Config) {

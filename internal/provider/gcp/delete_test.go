@@ -10,11 +10,14 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp/gcptest"
 )
 
+// Seed gap (gcp): "Delete: submits a delete operation and returns ...
+// Every deletion poll submits a new operation."
+//
 // Delete submits one delete operation and follows it; Deletes while it
 // runs submit nothing (the seeds submitted one per poll, and the API
 // answers a second delete with 403 rateLimitExceeded, which would read as a
 // quota), and Get never reads the instance Running meanwhile.
-func TestDeleteSubmitsOneOperation(t *testing.T) {
+func TestGapEveryDeletionPollSubmitsANewOperation(t *testing.T) {
 	env := gcptest.New(t)
 	p := newTestProvider(t, env, nil)
 	b := bounded(p)
