@@ -101,7 +101,9 @@ func startManagerWithBackoffs(t *testing.T, providers Providers, transient, quot
 	return ns
 }
 
-func inserts(env *gcptest.Env) int { return env.Fake.Count("POST", "projects/"+env.Project+"/zones/*/instances") }
+func inserts(env *gcptest.Env) int {
+	return env.Fake.Count("POST", "projects/"+env.Project+"/zones/*/instances")
+}
 
 // TestGCPInsertExhaustedIsQuotaExceeded: on the real API server, with the
 // real gcp provider over the fake Compute API, every insert of a Proxy's
@@ -265,7 +267,9 @@ func TestGCPProxyLifecycleRequestLog(t *testing.T) {
 	d.create(newProxy("web", "gce"))
 	step("pass 1: finalizer")
 	// The create step's requests: all but Create's own read.
-	door.hold(func(r *http.Request) bool { return !(r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/instances/")) })
+	door.hold(func(r *http.Request) bool {
+		return !(r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/instances/"))
+	})
 	d.reconcile("web")
 	px := d.get("web")
 	if readyReason(px) != "False/Provisioning" || px.Status.ProviderID == "" {
@@ -287,7 +291,9 @@ func TestGCPProxyLifecycleRequestLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The delete step begins with waiting for the delete's operation.
-	door.hold(func(r *http.Request) bool { return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/wait") })
+	door.hold(func(r *http.Request) bool {
+		return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/wait")
+	})
 	d.reconcile("web")
 	step("pass 5: deletion: ListByTag, ListSecondary, Delete, Get")
 	door.release()

@@ -254,4 +254,3 @@ func TestGapConflictOnInsertIsSuccess(t *testing.T) {
 		t.Errorf("the other instance changed: %q", d)
 	}
 }
-
