@@ -110,23 +110,31 @@ func TestFirewallRuleLifecycle(t *testing.T) {
 	})
 
 	t.Run("edited by hand", func(t *testing.T) {
-		fw := env.Fake.Firewall(testProject, req.Name)
-		fw.SourceRanges = append(fw.SourceRanges, "0.0.0.0/0")
-		fw.SourceTags = []string{"anything"}
-		js, err := protojson.Marshal(fw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if code := human(t, env, "PUT", rulePath(req.Name), json.RawMessage(js), nil); code != 200 {
-			t.Fatalf("hand edit answered %d", code)
-		}
-		env.Fake.Settle()
-		if _, err := b.Create(t.Context(), req); err != nil {
-			t.Fatal(err)
-		}
-		checkRule(t, env, req, []string{"198.51.100.0/24"})
-		if tags := env.Fake.Firewall(testProject, req.Name).GetSourceTags(); len(tags) != 0 {
-			t.Errorf("the hand-added source tags %v survived (a patch would keep them; the update replaces the rule)", tags)
+		for _, edit := range []struct {
+			what string
+			do   func(fw *computepb.Firewall)
+		}{
+			{"a range added", func(fw *computepb.Firewall) { fw.SourceRanges = append(fw.SourceRanges, "0.0.0.0/0") }},
+			{"a source tag added", func(fw *computepb.Firewall) { fw.SourceTags = []string{"anything"} }},
+			{"a port added", func(fw *computepb.Firewall) { fw.Allowed[0].Ports = append(fw.Allowed[0].Ports, "22") }},
+		} {
+			fw := env.Fake.Firewall(testProject, req.Name)
+			edit.do(fw)
+			js, err := protojson.Marshal(fw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code := human(t, env, "PUT", rulePath(req.Name), json.RawMessage(js), nil); code != 200 {
+				t.Fatalf("hand edit (%s) answered %d", edit.what, code)
+			}
+			env.Fake.Settle()
+			if _, err := b.Create(t.Context(), req); err != nil {
+				t.Fatal(err)
+			}
+			checkRule(t, env, req, []string{"198.51.100.0/24"})
+			if tags := env.Fake.Firewall(testProject, req.Name).GetSourceTags(); len(tags) != 0 {
+				t.Errorf("after %s: the rule keeps source tags %v (a patch would keep them; the update replaces the rule)", edit.what, tags)
+			}
 		}
 	})
 
