@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/kubernetes"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/libvirt"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/local"
@@ -22,5 +23,9 @@ func DefaultTypes() map[string]Type {
 		// two (an image download first, once per host).
 		libvirt.TypeKVM:  TypeOf(libvirt.Parse, libvirt.New, libvirt.PollInterval),
 		libvirt.TypeKVM2: TypeOf(libvirt.Parse, libvirt.New, libvirt.PollInterval),
+		// gcp runs Compute Engine VMs in one project through the Compute
+		// API: ready when the VM runs (tens of seconds), its firewall rule
+		// and insert made in the background.
+		gcp.Type: TypeOf(gcp.Parse, gcp.New, gcp.PollInterval),
 	}
 }

@@ -1,0 +1,464 @@
+package gcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	compute "cloud.google.com/go/compute/apiv1"
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/googleapis/gax-go/v2/callctx"
+	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
+	"google.golang.org/protobuf/proto"
+)
+
+// computeAPI is the seam: exactly the Compute Engine calls the provider
+// makes, ctx first, each bound to the entry's project (the firewall calls
+// to the network's, which differs for a Shared VPC). Errors are the SDK's
+// (a *googleapi.Error under an *apierror.APIError, or a transport error);
+// the provider classifies them where it knows what the call was for.
+type computeAPI interface {
+	GetInstance(ctx context.Context, zone, name string) (*computepb.Instance, error)
+	InsertInstance(ctx context.Context, zone string, in *computepb.Instance, requestID string) (*computepb.Operation, error)
+	DeleteInstance(ctx context.Context, zone, name, requestID string) (*computepb.Operation, error)
+	StartInstance(ctx context.Context, zone, name string) (*computepb.Operation, error)
+	ResumeInstance(ctx context.Context, zone, name string) (*computepb.Operation, error)
+	SetInstanceLabels(ctx context.Context, zone, name string, labels map[string]string, fingerprint string) (*computepb.Operation, error)
+	// ListInstances reads every page of the aggregated list with filter,
+	// handing each zone's part of each page to each.
+	ListInstances(ctx context.Context, filter string, each func(scope string, part *computepb.InstancesScopedList)) error
+	WaitZoneOperation(ctx context.Context, zone, op string) (*computepb.Operation, error)
+	// GetZoneOperation reads an operation without waiting (Delete reads
+	// its delete's operation within the caller's bound).
+	GetZoneOperation(ctx context.Context, zone, op string) (*computepb.Operation, error)
+
+	GetFirewall(ctx context.Context, name string) (*computepb.Firewall, error)
+	InsertFirewall(ctx context.Context, fw *computepb.Firewall) (*computepb.Operation, error)
+	// UpdateFirewall replaces the rule (PUT), so fields the provider does
+	// not set are cleared: a patch would keep a source tag added by hand.
+	UpdateFirewall(ctx context.Context, name string, fw *computepb.Firewall) (*computepb.Operation, error)
+	DeleteFirewall(ctx context.Context, name string) (*computepb.Operation, error)
+	ListFirewalls(ctx context.Context, filter string, each func(*computepb.Firewall)) error
+	WaitGlobalOperation(ctx context.Context, op string) (*computepb.Operation, error)
+
+	GetProject(ctx context.Context) (*computepb.Project, error)
+	GetRegion(ctx context.Context, region string) (*computepb.Region, error)
+
+	Close() error
+}
+
+// pageSize is the aggregated and firewall lists' page: the API's maximum,
+// so a large project is listed in few calls.
+const pageSize = 500
+
+// sdkAPI adapts the SDK's REST clients to the seam.
+type sdkAPI struct {
+	project   string
+	fwProject string
+
+	instances  *compute.InstancesClient
+	zoneOps    *compute.ZoneOperationsClient
+	firewalls  *compute.FirewallsClient
+	globalOps  *compute.GlobalOperationsClient
+	projects   *compute.ProjectsClient
+	regions    *compute.RegionsClient
+	closeOnce  sync.Once
+	closeError error
+}
+
+var _ computeAPI = (*sdkAPI)(nil)
+
+// newSDKAPI builds the clients over hc (which authenticates and observes
+// every request itself: the SDK adds nothing to a client it is given) at
+// endpoint ("" is the SDK's default). It makes no call.
+func newSDKAPI(project, fwProject, endpoint string, hc *http.Client) (*sdkAPI, error) {
+	opts := []option.ClientOption{
+		option.WithHTTPClient(hc),
+		// The SDK's own telemetry and debug logger stay off: spans come
+		// from our transport (parent-gated), and its debug log would dump
+		// request bodies, user-data included.
+		option.WithTelemetryDisabled(),
+		option.WithLogger(discardSlog),
+	}
+	if endpoint != "" {
+		opts = append(opts, option.WithEndpoint(endpoint))
+	}
+	ctx := context.Background()
+	a := &sdkAPI{project: project, fwProject: fwProject}
+	var err error
+	if a.instances, err = compute.NewInstancesRESTClient(ctx, opts...); err != nil {
+		return nil, err
+	}
+	if a.zoneOps, err = compute.NewZoneOperationsRESTClient(ctx, opts...); err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	if a.firewalls, err = compute.NewFirewallsRESTClient(ctx, opts...); err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	if a.globalOps, err = compute.NewGlobalOperationsRESTClient(ctx, opts...); err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	if a.projects, err = compute.NewProjectsRESTClient(ctx, opts...); err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	if a.regions, err = compute.NewRegionsRESTClient(ctx, opts...); err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	return a, nil
+}
+
+// Close closes every client (the seeds never closed theirs); later calls
+// fail.
+func (a *sdkAPI) Close() error {
+	a.closeOnce.Do(func() {
+		var errs []error
+		for _, c := range []interface{ Close() error }{a.instances, a.zoneOps, a.firewalls, a.globalOps, a.projects, a.regions} {
+			if c != nil && !isNilClient(c) {
+				errs = append(errs, c.Close())
+			}
+		}
+		a.closeError = errors.Join(errs...)
+	})
+	return a.closeError
+}
+
+// isNilClient tells a typed nil client (one that was never made) apart.
+func isNilClient(c interface{ Close() error }) bool {
+	switch v := c.(type) {
+	case *compute.InstancesClient:
+		return v == nil
+	case *compute.ZoneOperationsClient:
+		return v == nil
+	case *compute.FirewallsClient:
+		return v == nil
+	case *compute.GlobalOperationsClient:
+		return v == nil
+	case *compute.ProjectsClient:
+		return v == nil
+	case *compute.RegionsClient:
+		return v == nil
+	}
+	return false
+}
+
+func (a *sdkAPI) GetInstance(ctx context.Context, zone, name string) (*computepb.Instance, error) {
+	return a.instances.Get(ctx, &computepb.GetInstanceRequest{Project: a.project, Zone: zone, Instance: name})
+}
+
+func (a *sdkAPI) InsertInstance(ctx context.Context, zone string, in *computepb.Instance, requestID string) (*computepb.Operation, error) {
+	op, err := a.instances.Insert(ctx, &computepb.InsertInstanceRequest{
+		Project: a.project, Zone: zone, InstanceResource: in, RequestId: proto.String(requestID),
+	})
+	return protoOf(op, err)
+}
+
+func (a *sdkAPI) DeleteInstance(ctx context.Context, zone, name, requestID string) (*computepb.Operation, error) {
+	op, err := a.instances.Delete(ctx, &computepb.DeleteInstanceRequest{
+		Project: a.project, Zone: zone, Instance: name, RequestId: proto.String(requestID),
+	})
+	return protoOf(op, err)
+}
+
+func (a *sdkAPI) StartInstance(ctx context.Context, zone, name string) (*computepb.Operation, error) {
+	op, err := a.instances.Start(ctx, &computepb.StartInstanceRequest{Project: a.project, Zone: zone, Instance: name})
+	return protoOf(op, err)
+}
+
+func (a *sdkAPI) ResumeInstance(ctx context.Context, zone, name string) (*computepb.Operation, error) {
+	op, err := a.instances.Resume(ctx, &computepb.ResumeInstanceRequest{Project: a.project, Zone: zone, Instance: name})
+	return protoOf(op, err)
+}
+
+func (a *sdkAPI) SetInstanceLabels(ctx context.Context, zone, name string, labels map[string]string, fingerprint string) (*computepb.Operation, error) {
+	op, err := a.instances.SetLabels(ctx, &computepb.SetLabelsInstanceRequest{
+		Project: a.project, Zone: zone, Instance: name,
+		InstancesSetLabelsRequestResource: &computepb.InstancesSetLabelsRequest{Labels: labels, LabelFingerprint: proto.String(fingerprint)},
+	})
+	return protoOf(op, err)
+}
+
+func (a *sdkAPI) ListInstances(ctx context.Context, filter string, each func(string, *computepb.InstancesScopedList)) error {
+	it := a.instances.AggregatedList(ctx, &computepb.AggregatedListInstancesRequest{
+		Project: a.project, Filter: proto.String(filter), MaxResults: proto.Uint32(pageSize),
+	})
+	for {
+		pair, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		each(pair.Key, pair.Value)
+	}
+}
+
+func (a *sdkAPI) WaitZoneOperation(ctx context.Context, zone, op string) (*computepb.Operation, error) {
+	return a.zoneOps.Wait(ctx, &computepb.WaitZoneOperationRequest{Project: a.project, Zone: zone, Operation: op})
+}
+
+func (a *sdkAPI) GetZoneOperation(ctx context.Context, zone, op string) (*computepb.Operation, error) {
+	return a.zoneOps.Get(ctx, &computepb.GetZoneOperationRequest{Project: a.project, Zone: zone, Operation: op})
+}
+
+func (a *sdkAPI) GetFirewall(ctx context.Context, name string) (*computepb.Firewall, error) {
+	return a.firewalls.Get(ctx, &computepb.GetFirewallRequest{Project: a.fwProject, Firewall: name})
+}
+
+func (a *sdkAPI) InsertFirewall(ctx context.Context, fw *computepb.Firewall) (*computepb.Operation, error) {
+	op, err := a.firewalls.Insert(ctx, &computepb.InsertFirewallRequest{Project: a.fwProject, FirewallResource: fw})
+	return protoOf(op, err)
+}
+
+func (a *sdkAPI) UpdateFirewall(ctx context.Context, name string, fw *computepb.Firewall) (*computepb.Operation, error) {
+	op, err := a.firewalls.Update(ctx, &computepb.UpdateFirewallRequest{Project: a.fwProject, Firewall: name, FirewallResource: fw})
+	return protoOf(op, err)
+}
+
+func (a *sdkAPI) DeleteFirewall(ctx context.Context, name string) (*computepb.Operation, error) {
+	op, err := a.firewalls.Delete(ctx, &computepb.DeleteFirewallRequest{Project: a.fwProject, Firewall: name})
+	return protoOf(op, err)
+}
+
+func (a *sdkAPI) ListFirewalls(ctx context.Context, filter string, each func(*computepb.Firewall)) error {
+	it := a.firewalls.List(ctx, &computepb.ListFirewallsRequest{
+		Project: a.fwProject, Filter: proto.String(filter), MaxResults: proto.Uint32(pageSize),
+	})
+	for {
+		fw, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		each(fw)
+	}
+}
+
+func (a *sdkAPI) WaitGlobalOperation(ctx context.Context, op string) (*computepb.Operation, error) {
+	return a.globalOps.Wait(ctx, &computepb.WaitGlobalOperationRequest{Project: a.fwProject, Operation: op})
+}
+
+func (a *sdkAPI) GetProject(ctx context.Context) (*computepb.Project, error) {
+	return a.projects.Get(ctx, &computepb.GetProjectRequest{Project: a.project})
+}
+
+func (a *sdkAPI) GetRegion(ctx context.Context, region string) (*computepb.Region, error) {
+	return a.regions.Get(ctx, &computepb.GetRegionRequest{Project: a.project, Region: region})
+}
+
+func protoOf(op *compute.Operation, err error) (*computepb.Operation, error) {
+	if err != nil {
+		return nil, err
+	}
+	return op.Proto(), nil
+}
+
+// ---- the call's ctx on every request ----
+
+// The SDK's list iterators build their HTTP requests without the caller's
+// ctx (instances.aggregatedList and firewalls.list in v1.75.0: the request
+// is never cancelled, carries no span and no logger). Every seam call
+// therefore puts a call ID into the request's headers (gax copies
+// callctx headers into every request it builds), and the outermost
+// transport gives the request that call's ctx back and strips the header.
+// So every request, list pages included, ends with its caller's ctx, is
+// logged with its logger and is a child of its span.
+
+// callHeader carries the call ID; it never leaves the process.
+const callHeader = "x-egress-proxies-operator-call"
+
+// callRegistry maps live call IDs to their ctx.
+type callRegistry struct {
+	next  atomic.Uint64
+	calls sync.Map // string -> context.Context
+}
+
+// begin registers ctx for one seam call; end must be called when it
+// returns.
+func (r *callRegistry) begin(ctx context.Context) (context.Context, func()) {
+	id := strconv.FormatUint(r.next.Add(1), 10)
+	r.calls.Store(id, ctx)
+	return callctx.SetHeaders(ctx, callHeader, id), func() { r.calls.Delete(id) }
+}
+
+// transport restores each request's ctx from its call ID.
+func (r *callRegistry) transport(next http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		id := headerValue(req.Header, callHeader)
+		if id == "" {
+			return next.RoundTrip(req)
+		}
+		ctx := req.Context()
+		if c, ok := r.calls.Load(id); ok {
+			ctx = c.(context.Context)
+		}
+		out := req.Clone(ctx)
+		delete(out.Header, callHeader)
+		delete(out.Header, http.CanonicalHeaderKey(callHeader))
+		return next.RoundTrip(out)
+	})
+}
+
+// headerValue reads a header whether its key was canonicalised or not
+// (gax builds headers from lower-case metadata keys).
+func headerValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return h.Get(key)
+}
+
+// ---- budgets ----
+
+// Per-call budgets: a call that outlives its budget ends Transient, so a
+// hung request never holds a background step for ever. The foreground of
+// every provider call (what its caller waits for) is bounded as a whole by
+// foregroundBound.
+const (
+	// readBudget and writeBudget bound one request (the SDK's GET retries
+	// on 503 included).
+	readBudget  = 20 * time.Second
+	writeBudget = 30 * time.Second
+	// waitBudget bounds one operations.wait call, which the API answers
+	// within two minutes, DONE or not.
+	waitBudget = 150 * time.Second
+	// foregroundBound is what a Create, Get, Delete or list may spend in
+	// total while its caller waits: provider.CallBound minus a margin for
+	// the boundary's own work.
+	foregroundBound = 9 * time.Second
+)
+
+// withBudget bounds ctx by d.
+func withBudget(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d)
+}
+
+// budgeted wraps a computeAPI: every call runs under its budget and with
+// its call ID (callRegistry).
+type budgeted struct {
+	inner computeAPI
+	calls *callRegistry
+}
+
+func (b *budgeted) call(ctx context.Context, d time.Duration) (context.Context, func()) {
+	ctx, cancel := withBudget(ctx, d)
+	ctx, end := b.calls.begin(ctx)
+	return ctx, func() { end(); cancel() }
+}
+
+func (b *budgeted) GetInstance(ctx context.Context, zone, name string) (*computepb.Instance, error) {
+	ctx, end := b.call(ctx, readBudget)
+	defer end()
+	return b.inner.GetInstance(ctx, zone, name)
+}
+
+func (b *budgeted) InsertInstance(ctx context.Context, zone string, in *computepb.Instance, requestID string) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, writeBudget)
+	defer end()
+	return b.inner.InsertInstance(ctx, zone, in, requestID)
+}
+
+func (b *budgeted) DeleteInstance(ctx context.Context, zone, name, requestID string) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, writeBudget)
+	defer end()
+	return b.inner.DeleteInstance(ctx, zone, name, requestID)
+}
+
+func (b *budgeted) StartInstance(ctx context.Context, zone, name string) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, writeBudget)
+	defer end()
+	return b.inner.StartInstance(ctx, zone, name)
+}
+
+func (b *budgeted) ResumeInstance(ctx context.Context, zone, name string) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, writeBudget)
+	defer end()
+	return b.inner.ResumeInstance(ctx, zone, name)
+}
+
+func (b *budgeted) SetInstanceLabels(ctx context.Context, zone, name string, labels map[string]string, fingerprint string) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, writeBudget)
+	defer end()
+	return b.inner.SetInstanceLabels(ctx, zone, name, labels, fingerprint)
+}
+
+// ListInstances has no budget of its own beyond its caller's ctx: a
+// listing is as long as the project is large, and each page is one
+// request the caller's ctx ends.
+func (b *budgeted) ListInstances(ctx context.Context, filter string, each func(string, *computepb.InstancesScopedList)) error {
+	ctx, end := b.calls.begin(ctx)
+	defer end()
+	return b.inner.ListInstances(ctx, filter, each)
+}
+
+func (b *budgeted) WaitZoneOperation(ctx context.Context, zone, op string) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, waitBudget)
+	defer end()
+	return b.inner.WaitZoneOperation(ctx, zone, op)
+}
+
+func (b *budgeted) GetZoneOperation(ctx context.Context, zone, op string) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, readBudget)
+	defer end()
+	return b.inner.GetZoneOperation(ctx, zone, op)
+}
+
+func (b *budgeted) GetFirewall(ctx context.Context, name string) (*computepb.Firewall, error) {
+	ctx, end := b.call(ctx, readBudget)
+	defer end()
+	return b.inner.GetFirewall(ctx, name)
+}
+
+func (b *budgeted) InsertFirewall(ctx context.Context, fw *computepb.Firewall) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, writeBudget)
+	defer end()
+	return b.inner.InsertFirewall(ctx, fw)
+}
+
+func (b *budgeted) UpdateFirewall(ctx context.Context, name string, fw *computepb.Firewall) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, writeBudget)
+	defer end()
+	return b.inner.UpdateFirewall(ctx, name, fw)
+}
+
+func (b *budgeted) DeleteFirewall(ctx context.Context, name string) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, writeBudget)
+	defer end()
+	return b.inner.DeleteFirewall(ctx, name)
+}
+
+func (b *budgeted) ListFirewalls(ctx context.Context, filter string, each func(*computepb.Firewall)) error {
+	ctx, end := b.calls.begin(ctx)
+	defer end()
+	return b.inner.ListFirewalls(ctx, filter, each)
+}
+
+func (b *budgeted) WaitGlobalOperation(ctx context.Context, op string) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, waitBudget)
+	defer end()
+	return b.inner.WaitGlobalOperation(ctx, op)
+}
+
+func (b *budgeted) GetProject(ctx context.Context) (*computepb.Project, error) {
+	ctx, end := b.call(ctx, readBudget)
+	defer end()
+	return b.inner.GetProject(ctx)
+}
+
+func (b *budgeted) GetRegion(ctx context.Context, region string) (*computepb.Region, error) {
+	ctx, end := b.call(ctx, readBudget)
+	defer end()
+	return b.inner.GetRegion(ctx, region)
+}
+
+func (b *budgeted) Close() error { return b.inner.Close() }
+
+func (b *budgeted) String() string { return fmt.Sprintf("budgeted(%T)", b.inner) }

@@ -1,0 +1,65 @@
+package gcp
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// An instance ID is zones/<zone>/instances/<name>, the instance's path
+// within the entry's project (the seeds' form, so IDs recorded by them
+// still parse). The project comes from the config.
+const (
+	idZones     = "zones"
+	idInstances = "instances"
+)
+
+// formatID is the ID of the instance named name in zone.
+func formatID(zone, name string) string {
+	return idZones + "/" + zone + "/" + idInstances + "/" + name
+}
+
+// parseID splits an ID into zone and instance name. Both must be GCE names
+// (a zone name, a resource name), so a malformed ID is Permanent and never
+// reaches the API.
+func parseID(id string) (zone, name string, err error) {
+	parts := strings.Split(id, "/")
+	if len(parts) != 4 || parts[0] != idZones || parts[2] != idInstances ||
+		!zoneName.MatchString(parts[1]) || !gceName.MatchString(parts[3]) {
+		return "", "", provider.Errorf(provider.ErrPermanent,
+			"malformed instance ID %q: want %s/<zone>/%s/<instance name>", id, idZones, idInstances)
+	}
+	return parts[1], parts[3], nil
+}
+
+// A secondary resource's ID is firewalls/<rule name>/<rule's numeric id>:
+// the numeric id names the exact rule listed, so a rule made again under
+// the same name since is never deleted by an old verdict.
+const idFirewalls = "firewalls"
+
+func formatRuleID(name string, id uint64) string {
+	return idFirewalls + "/" + name + "/" + strconv.FormatUint(id, 10)
+}
+
+func parseRuleID(id string) (name string, ruleID uint64, err error) {
+	parts := strings.Split(id, "/")
+	if len(parts) == 3 && parts[0] == idFirewalls && gceName.MatchString(parts[1]) {
+		if n, perr := strconv.ParseUint(parts[2], 10, 64); perr == nil && n > 0 {
+			return parts[1], n, nil
+		}
+	}
+	return "", 0, provider.Errorf(provider.ErrPermanent,
+		"malformed secondary resource ID %q: want %s/<rule name>/<rule id>", id, idFirewalls)
+}
+
+// regionOf is the region of a zone (us-central1-a: us-central1).
+func regionOf(zone string) string {
+	if m := zoneName.FindStringSubmatch(zone); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// lastSegment is the last path segment of a URL or path.
+func lastSegment(s string) string { return s[strings.LastIndex(s, "/")+1:] }
