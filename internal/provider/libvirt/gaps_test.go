@@ -4,12 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
 
 // The seeds' known gaps (sections 6 and 7 of
@@ -86,5 +94,98 @@ func TestGapNoAdoptionOfTheOtherTypesDomains(t *testing.T) {
 	}
 	if after := poolVolumeNames(h); strings.Join(after, ",") != strings.Join(vols, ",") {
 		t.Fatalf("adoption changed the pool: %v -> %v", vols, after)
+	}
+}
+
+// Seed gap (kvm): "Doc drift in kvm-provider.md: it says ARP is the
+// fallback, but the code tries ARP first; it says host and name are on
+// every log line, but the check and list paths lack them." The guide states
+// the address sources in the order the code asks them, and the Checker's
+// and the listings' log lines carry the host.
+func TestGapDocDriftAddressOrderAndLogKeys(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs/libvirt-provider.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sentence that gives the order, and the code's order.
+	const sentence = "The address comes from the guest agent first, then libvirt's DHCP leases"
+	i := strings.Index(string(doc), sentence)
+	if i < 0 {
+		t.Fatalf("docs/libvirt-provider.md no longer says %q", sentence)
+	}
+	para := string(doc[i:min(i+300, len(doc))])
+	words := map[string]string{"agent": "guest agent", "lease": "DHCP leases", "arp": "ARP table"}
+	last := -1
+	for _, s := range addressSources {
+		at := strings.Index(para, words[s.name])
+		if at < last {
+			t.Fatalf("the guide names %q out of the code's order (%v): %q", words[s.name], addressSources, para)
+		}
+		last = at
+	}
+
+	srv := newImageServer(t)
+	up, down := newFakeHost("h1"), newFakeHost("h2")
+	down.dialErr = newDialError("h2", "192.0.2.2:22", stageTCP, errors.New("connect: connection refused"))
+	p := newLifecycleProvider(t, srv, up, down)
+	var mu sync.Mutex
+	var lines []string
+	ctx := logr.NewContext(context.Background(), funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{Verbosity: 2}))
+	_ = p.Check(ctx)
+	if _, err := p.ListByTag(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ListSecondary(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lines) == 0 {
+		t.Fatal("the check and the listings logged nothing")
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, `"host"=`) {
+			t.Errorf("a check or list line without the host: %s", l)
+		}
+	}
+}
+
+var (
+	allowAll = regexp.MustCompile(`(?m)^\s*http_access allow all\s*$`)
+	denyAll  = regexp.MustCompile(`(?m)^\s*http_access deny all\s*$`)
+)
+
+// Seed gap (kvm2): "The sample cloud-init installs Squid with
+// http_access allow all." No libvirt sample carries a cloud-init of its
+// own, so the generated cloud-config serves them; and that never allows
+// all, whatever the sample's ranges.
+func TestGapSampleCloudInitAllowsAll(t *testing.T) {
+	var libvirtSamples int
+	for _, s := range readSamples(t) {
+		if !strings.Contains(s.file, "kvm") {
+			continue
+		}
+		libvirtSamples++
+		if s.proxy.Spec.CloudInit != "" || s.proxy.Spec.CloudInitSecretRef != nil {
+			t.Errorf("%s carries its own cloud-init: the generated Squid config should serve it", s.file)
+		}
+		ud, err := squid.UserData(provider.CreateRequest{Name: "sample", Port: s.proxy.Spec.Port,
+			AllowedSourceRanges: s.proxy.Spec.AllowedSourceRanges}, (&egress.Settings{}).Policy(), squid.FamilyDebian)
+		if err != nil {
+			t.Fatalf("%s: %v", s.file, err)
+		}
+		if allowAll.MatchString(string(ud)) {
+			t.Errorf("%s: the generated cloud-config allows all", s.file)
+		}
+		if !denyAll.MatchString(string(ud)) {
+			t.Errorf("%s: the generated cloud-config does not end in a deny", s.file)
+		}
+	}
+	if libvirtSamples < 2 {
+		t.Fatalf("%d libvirt samples, want the kvm and the kvm2 one", libvirtSamples)
 	}
 }
