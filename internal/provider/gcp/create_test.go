@@ -27,9 +27,11 @@ func TestGetDuringTheInsertIsProvisioningNotNotFound(t *testing.T) {
 	req := testRequest("404-while-inserting")
 	env.Fake.FailNext(fakecompute.Fault{Method: "POST", Path: insertPath, Async: fakecompute.ZoneResourcePoolExhausted()})
 	release := make(chan struct{})
+	waiting := make(chan struct{}, 16)
 	p.wireSeam = func(next http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			if strings.Contains(r.URL.Path, "/zones/") && strings.HasSuffix(r.URL.Path, "/wait") {
+				waiting <- struct{}{}
 				select {
 				case <-release:
 				case <-r.Context().Done():
@@ -43,7 +45,16 @@ func TestGetDuringTheInsertIsProvisioningNotNotFound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the insert accepted", func() bool { return env.Fake.Count("POST", insertPath) == 1 })
+	// The step waits on the insert's operation (after it said so), not
+	// merely after the POST reached the fake.
+	select {
+	case <-waiting:
+	case <-t.Context().Done():
+		t.Fatal("the step never waited on the insert's operation")
+	}
+	if n := env.Fake.Count("POST", insertPath); n != 1 {
+		t.Fatalf("%d inserts, want 1", n)
+	}
 	env.Fake.SetAdvanceOnGet(false) // the GETs below must not end the operation
 	for i := 0; i < 3; i++ {
 		got, err := b.Get(t.Context(), inst.ID)
