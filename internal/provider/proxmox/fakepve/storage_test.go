@@ -91,6 +91,9 @@ func TestUploadWire(t *testing.T) {
 		req, _ := http.NewRequest("POST", e.s.URL()+"/nodes/pve1/storage/local/upload", body)
 		req.Header.Set("Authorization", e.tok)
 		req.Header.Set("Content-Type", ctype)
+		// A fresh connection each: the form upload below gets its
+		// connection dropped, and a reused one can race that drop.
+		req.Close = true
 		return e.send(req)
 	}
 	b, ct := multipartBody("file")
