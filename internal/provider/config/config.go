@@ -46,7 +46,7 @@ func Parse(data []byte, types []string) ([]Entry, error) {
 		return nil, fmt.Errorf("the file must be a mapping with a top-level %q list", "providers")
 	}
 	var errs field.ErrorList
-	for _, k := range sortedKeys(top) {
+	for _, k := range SortedKeys(top) {
 		if k != "providers" {
 			errs = append(errs, unknownField(field.NewPath(k)))
 		}
@@ -84,7 +84,7 @@ func Parse(data []byte, types []string) ([]Entry, error) {
 		} else if !allowed[e.Type] {
 			errs = append(errs, field.NotSupported(p.Child("type"), e.Type, sortedTypes(types)))
 		}
-		for _, k := range sortedKeys(raw) {
+		for _, k := range SortedKeys(raw) {
 			switch {
 			case k == "name" || k == "type":
 			case k == e.Type:
@@ -152,7 +152,7 @@ func checkShape(v any, t reflect.Type, path *field.Path) field.ErrorList {
 		switch t.Kind() {
 		case reflect.Struct:
 			fields := jsonFields(t)
-			for _, k := range sortedKeys(val) {
+			for _, k := range SortedKeys(val) {
 				ft, ok := fields[k]
 				if !ok {
 					errs = append(errs, unknownField(path.Child(k)))
@@ -161,7 +161,7 @@ func checkShape(v any, t reflect.Type, path *field.Path) field.ErrorList {
 				errs = append(errs, checkShape(val[k], ft, path.Child(k))...)
 			}
 		case reflect.Map:
-			for _, k := range sortedKeys(val) {
+			for _, k := range SortedKeys(val) {
 				errs = append(errs, checkShape(val[k], t.Elem(), path.Key(k))...)
 			}
 		default:
@@ -257,13 +257,27 @@ func unknownField(p *field.Path) *field.Error {
 	return field.Forbidden(p, "unknown field")
 }
 
-func sortedKeys[V any](m map[string]V) []string {
+// SortedKeys are m's keys in order: for messages that list the choices,
+// and for deterministic iteration.
+func SortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// OnlyKey is m's key when it has exactly one, else "": a catalogue's
+// default when the config names none.
+func OnlyKey[V any](m map[string]V) string {
+	if len(m) != 1 {
+		return ""
+	}
+	for k := range m {
+		return k
+	}
+	return ""
 }
 
 func sortedTypes(types []string) []string {

@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"path"
 	"regexp"
-	"sort"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -164,14 +163,14 @@ func (c *Config) Default() {
 		if len(c.MachineTypes) == 0 {
 			c.DefaultMachineType = DefaultMachineType
 		} else {
-			c.DefaultMachineType = onlyKey(c.MachineTypes)
+			c.DefaultMachineType = config.OnlyKey(c.MachineTypes)
 		}
 	}
 	if c.DefaultImage == "" {
 		if len(c.Images) == 0 {
 			c.DefaultImage = DefaultImage
 		} else {
-			c.DefaultImage = onlyKey(c.Images)
+			c.DefaultImage = config.OnlyKey(c.Images)
 		}
 	}
 	if c.DefaultZone == "" && len(c.Zones) == 1 {
@@ -185,16 +184,6 @@ func (c *Config) Default() {
 		p := int32(DefaultFirewallPriority)
 		c.FirewallPriority = &p
 	}
-}
-
-func onlyKey[V any](m map[string]V) string {
-	if len(m) != 1 {
-		return ""
-	}
-	for k := range m {
-		return k
-	}
-	return ""
 }
 
 // Patterns of GCE names, as the API states them.
@@ -326,7 +315,7 @@ func validEndpoint(p *field.Path, raw string) field.ErrorList {
 
 func (c *Config) validateMachineTypes(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	for _, k := range sortedKeys(c.MachineTypes) {
+	for _, k := range config.SortedKeys(c.MachineTypes) {
 		mp := p.Child("machineTypes").Key(k)
 		if !catalogueKey.MatchString(k) {
 			errs = append(errs, field.Invalid(mp, k, catalogueKeyRule))
@@ -349,7 +338,7 @@ func (c *Config) validateMachineTypes(p *field.Path) field.ErrorList {
 
 func (c *Config) validateImages(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	for _, k := range sortedKeys(c.Images) {
+	for _, k := range config.SortedKeys(c.Images) {
 		ip := p.Child("images").Key(k)
 		img := c.Images[k]
 		if !catalogueKey.MatchString(k) {
@@ -393,7 +382,7 @@ func noUserData(ref imageRef) string {
 // an instance may carry.
 func validLabels(p *field.Path, labels map[string]string) field.ErrorList {
 	var errs field.ErrorList
-	for _, k := range sortedKeys(labels) {
+	for _, k := range config.SortedKeys(labels) {
 		kp := p.Key(k)
 		switch {
 		case !labelKey.MatchString(k):
@@ -409,15 +398,6 @@ func validLabels(p *field.Path, labels map[string]string) field.ErrorList {
 		errs = append(errs, field.TooMany(p, len(labels), maxLabels-3))
 	}
 	return errs
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // managesFirewall says whether the entry keeps the per-instance rules.

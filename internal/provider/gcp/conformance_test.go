@@ -235,7 +235,7 @@ func (b *fakeBackend) settle(t *testing.T, name string) {
 	b.mu.Unlock()
 	testenv.EventuallyNil(t, "the provider's create steps ending", func() error {
 		b.env.Fake.Settle()
-		for n := range p.creating.snapshot() {
+		for n := range p.creating.Snapshot() {
 			if name == "" || n == name {
 				return fmt.Errorf("the create step of %s runs", n)
 			}

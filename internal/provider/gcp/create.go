@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
@@ -105,13 +106,13 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	}
 
 	p.clearInsertFailure(req.Name)
-	p.creating.add(req.Name, creatingInstance{zone: pl.zone, uid: req.UID, since: p.now()})
+	p.creating.Add(req.Name, creatingInstance{zone: pl.zone, uid: req.UID, since: p.now()})
 	st, err := p.steps.Start(ctx, req.Name, progressQueued, func(ctx context.Context, progress func(string)) error {
-		defer p.creating.remove(req.Name)
+		defer p.creating.Remove(req.Name)
 		return p.createStep(withOp(ctx, opCreateStep), api, pl, req, progress)
 	})
 	if err != nil {
-		p.creating.remove(req.Name)
+		p.creating.Remove(req.Name)
 		return provider.Instance{}, err
 	}
 	if st.Err != nil {
@@ -468,10 +469,10 @@ func (p *Provider) placeMachineType(key string) (string, string, error) {
 		switch {
 		case key == "":
 			return "", "", provider.Errorf(provider.ErrPermanent, "placement.machineType is required: this entry has several machine types (%s) and no defaultMachineType",
-				strings.Join(sortedKeys(p.cfg.MachineTypes), ", "))
+				strings.Join(config.SortedKeys(p.cfg.MachineTypes), ", "))
 		case !ok:
 			return "", "", provider.Errorf(provider.ErrPermanent, "placement.machineType %q is not in this entry's machineTypes (%s)",
-				key, strings.Join(sortedKeys(p.cfg.MachineTypes), ", "))
+				key, strings.Join(config.SortedKeys(p.cfg.MachineTypes), ", "))
 		}
 		return key, mt, nil
 	}
@@ -496,9 +497,9 @@ func (p *Provider) placeImage(pl *plan, req provider.CreateRequest) error {
 		switch {
 		case key == "":
 			return provider.Errorf(provider.ErrPermanent, "placement.image is required: this entry has several images (%s) and no defaultImage",
-				strings.Join(sortedKeys(p.cfg.Images), ", "))
+				strings.Join(config.SortedKeys(p.cfg.Images), ", "))
 		case !ok:
-			return provider.Errorf(provider.ErrPermanent, "placement.image %q is not in this entry's images (%s)", key, strings.Join(sortedKeys(p.cfg.Images), ", "))
+			return provider.Errorf(provider.ErrPermanent, "placement.image %q is not in this entry's images (%s)", key, strings.Join(config.SortedKeys(p.cfg.Images), ", "))
 		}
 		pl.image, _ = parseImage(img.Image) // Validate proved it
 		family = img.Family

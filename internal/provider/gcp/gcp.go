@@ -52,7 +52,7 @@ type Provider struct {
 	// instance from its first moment.
 	names    keyedlock.Locks
 	steps    *inflight.Table
-	creating creatingSet
+	creating inflight.Set[creatingInstance]
 	// deleting runs each Delete's slow part (its operation followed to
 	// the end, then the firewall rule): while it runs Delete submits
 	// nothing more (overlapping deletes draw 403 rateLimitExceeded), and
@@ -279,42 +279,4 @@ type creatingInstance struct {
 	zone  string
 	uid   string
 	since time.Time
-}
-
-// creatingSet holds the create steps in flight by instance name.
-type creatingSet struct {
-	mu sync.Mutex
-	m  map[string]creatingInstance
-}
-
-func (c *creatingSet) add(name string, ci creatingInstance) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[string]creatingInstance{}
-	}
-	c.m[name] = ci
-}
-
-func (c *creatingSet) remove(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, name)
-}
-
-func (c *creatingSet) get(name string) (creatingInstance, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ci, ok := c.m[name]
-	return ci, ok
-}
-
-func (c *creatingSet) snapshot() map[string]creatingInstance {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]creatingInstance, len(c.m))
-	for k, v := range c.m {
-		out[k] = v
-	}
-	return out
 }

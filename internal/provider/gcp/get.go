@@ -44,7 +44,7 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 		if errors.Is(err, provider.ErrNotFound) && st.Running {
 			// The insert has not made it yet (or GCE answers 404 while
 			// its operation runs): Provisioning, never NotFound.
-			ci, _ := p.creating.get(name)
+			ci, _ := p.creating.Get(name)
 			return provisioning(id, ci.uid, st.Progress), nil
 		}
 		if errors.Is(err, provider.ErrNotFound) {

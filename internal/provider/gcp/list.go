@@ -95,7 +95,7 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	}
 	// The steps first: one that ends during the listing has inserted its
 	// instance by then, so it is listed one way or the other.
-	creating := p.creating.snapshot()
+	creating := p.creating.Snapshot()
 	l, err := p.listInstances(ctx, api, p.ourFilter(), provider.OpList)
 	if err != nil {
 		return nil, err

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"path"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -182,10 +181,10 @@ func (c *Config) Default() {
 		c.MachineTypes = map[string]MachineType{DefaultMachineTypeName: DefaultMachineType}
 	}
 	if c.DefaultMachineType == "" {
-		c.DefaultMachineType = onlyKey(c.MachineTypes)
+		c.DefaultMachineType = config.OnlyKey(c.MachineTypes)
 	}
 	if c.DefaultImage == "" {
-		c.DefaultImage = onlyKey(c.Images)
+		c.DefaultImage = config.OnlyKey(c.Images)
 	}
 	for k, img := range c.Images {
 		if img.Format == "" {
@@ -208,17 +207,6 @@ func (c *Config) Default() {
 			h.DomainType = c.DomainType
 		}
 	}
-}
-
-// onlyKey is the map's key when it has exactly one, else "".
-func onlyKey[V any](m map[string]V) string {
-	if len(m) != 1 {
-		return ""
-	}
-	for k := range m {
-		return k
-	}
-	return ""
 }
 
 // Validate checks a defaulted config; every error names its field under
@@ -260,7 +248,7 @@ var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 func (c *Config) validateImages(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	for _, k := range sortedKeys(c.Images) {
+	for _, k := range config.SortedKeys(c.Images) {
 		ip := p.Child("images").Key(k)
 		img := c.Images[k]
 		if !catalogueKey.MatchString(k) {
@@ -311,7 +299,7 @@ func validImageURL(p *field.Path, raw string) field.ErrorList {
 
 func (c *Config) validateMachineTypes(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	for _, k := range sortedKeys(c.MachineTypes) {
+	for _, k := range config.SortedKeys(c.MachineTypes) {
 		mp := p.Child("machineTypes").Key(k)
 		m := c.MachineTypes[k]
 		if !catalogueKey.MatchString(k) {
@@ -429,15 +417,6 @@ func sshAddress(addr string) (string, error) {
 		return "", fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
 	}
 	return net.JoinHostPort(host, port), nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // destinations is the policy of a validated config.

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
 	"github.com/go-logr/logr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/nocloud"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
@@ -86,13 +86,13 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	case !errors.Is(err, provider.ErrNotFound):
 		return provider.Instance{}, err
 	}
-	p.creating.add(req.Name, creatingInstance{host: pl.host.Name, uid: req.UID, since: p.now()})
+	p.creating.Add(req.Name, creatingInstance{host: pl.host.Name, uid: req.UID, since: p.now()})
 	st, err := p.steps.Start(ctx, req.Name, progressStarting, func(ctx context.Context, progress func(string)) error {
-		defer p.creating.remove(req.Name)
+		defer p.creating.Remove(req.Name)
 		return p.createStep(ctx, pl, req, progress)
 	})
 	if err != nil {
-		p.creating.remove(req.Name)
+		p.creating.Remove(req.Name)
 		return provider.Instance{}, err
 	}
 	if st.Err != nil {
@@ -107,40 +107,6 @@ type creatingInstance struct {
 	host  string
 	uid   string
 	since time.Time
-}
-
-// creatingSet holds the create steps in flight by instance name.
-type creatingSet struct {
-	mu sync.Mutex
-	m  map[string]creatingInstance
-}
-
-func (c *creatingSet) add(name string, ci creatingInstance) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[string]creatingInstance{}
-	}
-	c.m[name] = ci
-}
-
-func (c *creatingSet) remove(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, name)
-}
-
-// on is a copy of the steps in flight on host.
-func (c *creatingSet) on(host string) map[string]creatingInstance {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[string]creatingInstance{}
-	for name, ci := range c.m {
-		if ci.host == host {
-			out[name] = ci
-		}
-	}
-	return out
 }
 
 // provisioning is an instance whose create step runs.
@@ -509,10 +475,10 @@ func (p *Provider) resolve(req provider.CreateRequest) (plan, error) {
 	switch {
 	case pl.machineKey == "":
 		return plan{}, provider.Errorf(provider.ErrPermanent, "placement.machineType is required: this entry has several machine types (%s) and no defaultMachineType",
-			strings.Join(sortedKeys(p.cfg.MachineTypes), ", "))
+			strings.Join(config.SortedKeys(p.cfg.MachineTypes), ", "))
 	case !ok:
 		return plan{}, provider.Errorf(provider.ErrPermanent, "placement.machineType %q is not in this entry's machineTypes (%s)",
-			pl.machineKey, strings.Join(sortedKeys(p.cfg.MachineTypes), ", "))
+			pl.machineKey, strings.Join(config.SortedKeys(p.cfg.MachineTypes), ", "))
 	}
 	pl.machine = m
 	if pl.image, err = p.placeImage(req.Placement.Image); err != nil {
@@ -570,7 +536,7 @@ func (p *Provider) placeImage(s string) (imageRef, error) {
 	}
 	if !strings.Contains(s, "://") {
 		return imageRef{}, provider.Errorf(provider.ErrPermanent, "placement.image %q is not in this entry's images (%s), nor an http(s) URL with #sha256=<digest>",
-			s, strings.Join(sortedKeys(p.cfg.Images), ", "))
+			s, strings.Join(config.SortedKeys(p.cfg.Images), ", "))
 	}
 	raw, frag, _ := strings.Cut(s, "#")
 	if errs := validImageURL(nil, raw); len(errs) > 0 {
@@ -602,7 +568,7 @@ func imageKeysPhrase(m map[string]Image) string {
 	if len(m) == 0 {
 		return "no images"
 	}
-	return "images " + strings.Join(sortedKeys(m), ", ")
+	return "images " + strings.Join(config.SortedKeys(m), ", ")
 }
 
 // display names the image in messages and progress: its key, or the URL's

@@ -19,6 +19,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -112,7 +113,7 @@ func giveAddress(h *fakeHost, name, ip string) {
 func poolVolumeNames(h *fakeHost) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return sortedKeys(h.pools[DefaultPool].vols)
+	return config.SortedKeys(h.pools[DefaultPool].vols)
 }
 
 func domainState(h *fakeHost, name string) (libvirt.DomainState, bool) {

@@ -10,6 +10,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -46,7 +47,7 @@ func TestDeleteEveryAlreadyGoneCase(t *testing.T) {
 		{"domain only", func(t *testing.T, p *Provider, h *fakeHost, name string) {
 			createRunning(t, p, h, name)
 			h.mu.Lock()
-			for _, v := range sortedKeys(h.pools[DefaultPool].vols) {
+			for _, v := range config.SortedKeys(h.pools[DefaultPool].vols) {
 				if strings.HasPrefix(v, name) {
 					delete(h.pools[DefaultPool].vols, v)
 				}

@@ -15,6 +15,7 @@ import (
 	"github.com/digitalocean/go-libvirt"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
 )
 
 // fakeHost is the unit-test double behind the seam: one libvirt host in
@@ -313,7 +314,7 @@ func (c *fakeConn) StoragePoolListAllVolumes(ctx context.Context, pool libvirt.S
 		if err != nil {
 			return err
 		}
-		for _, name := range sortedKeys(p.vols) {
+		for _, name := range config.SortedKeys(p.vols) {
 			v = append(v, p.vols[name].vol)
 		}
 		return nil
@@ -446,7 +447,7 @@ func (c *fakeConn) StorageVolDelete(ctx context.Context, vol libvirt.StorageVol)
 
 func (c *fakeConn) ConnectListAllDomains(ctx context.Context) (v []libvirt.Domain, err error) {
 	err = c.do(ctx, "ConnectListAllDomains", func() error {
-		for _, name := range sortedKeys(c.h.domains) {
+		for _, name := range config.SortedKeys(c.h.domains) {
 			v = append(v, c.h.domains[name].dom)
 		}
 		return nil

@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -132,7 +133,7 @@ func (f *imageFixture) ensure(ctx context.Context, progress func(string)) (libvi
 func (f *imageFixture) volumes() []string {
 	f.h.mu.Lock()
 	defer f.h.mu.Unlock()
-	return sortedKeys(f.h.pools[DefaultPool].vols)
+	return config.SortedKeys(f.h.pools[DefaultPool].vols)
 }
 
 func (f *imageFixture) volume(name string) *fakeVol {

@@ -57,7 +57,7 @@ type Provider struct {
 	// which host and Proxy each running step is for, so that ListByTag
 	// lists an instance from its first moment, before the host shows it.
 	steps    *inflight.Table
-	creating creatingSet
+	creating inflight.Set[creatingInstance]
 	// http downloads images; a test seam.
 	http *http.Client
 	// now stamps createdAt; a test seam.

@@ -50,7 +50,7 @@ func (p *Provider) listHost(ctx context.Context, h Host) ([]provider.Instance, e
 	}
 	// The steps first: one that ends during the listing has defined its
 	// domain by then, so it is listed one way or the other.
-	creating := p.creating.on(h.Name)
+	creating := p.creating.Snapshot()
 	doms, err := p.ourDomains(ctx, b)
 	if err != nil {
 		return nil, err
@@ -66,7 +66,7 @@ func (p *Provider) listHost(ctx context.Context, h Host) ([]provider.Instance, e
 		out = append(out, provider.Instance{ID: formatID(h.Name, d.name), UID: d.md.Marks.UID, CreatedAt: d.md.CreatedAt})
 	}
 	for name, ci := range creating {
-		if !seen[name] {
+		if ci.host == h.Name && !seen[name] {
 			seen[name] = true
 			out = append(out, provider.Instance{ID: formatID(h.Name, name), UID: ci.uid, CreatedAt: ci.since})
 		}
