@@ -1,0 +1,297 @@
+package proxmox
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
+)
+
+// apiError is PVE's answer to a failed request: the status and the
+// message (the body's, or the reason phrase when there is none, as on 401).
+type apiError struct {
+	Status  int
+	Message string
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("PVE %d: %s", e.Status, e.Message) }
+
+// client is the thin PVE client: one method per endpoint, ctx on every
+// request, the token file read per request, the CA file reloaded when its
+// modification time or size changes.
+type client struct {
+	base      string
+	tokenFile string
+	caFile    string
+	insecure  bool
+	timeout   time.Duration
+	wrap      func(http.RoundTripper) http.RoundTripper
+
+	mu     sync.Mutex
+	caStat [2]int64
+	hc     *http.Client
+}
+
+func (c *client) httpClient() (*http.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var stat [2]int64
+	var pool *x509.CertPool
+	if c.caFile != "" {
+		fi, err := os.Stat(c.caFile)
+		if err != nil {
+			return nil, provider.Errorf(provider.ErrTransient, "CA file: %w", err)
+		}
+		stat = [2]int64{fi.ModTime().UnixNano(), fi.Size()}
+		if c.hc != nil && stat == c.caStat {
+			return c.hc, nil
+		}
+		pem, err := os.ReadFile(c.caFile)
+		if err != nil {
+			return nil, provider.Errorf(provider.ErrTransient, "CA file: %w", err)
+		}
+		pool = x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, provider.Errorf(provider.ErrPermanent, "CA file %s holds no PEM certificate", c.caFile)
+		}
+	} else if c.hc != nil {
+		return c.hc, nil
+	}
+	tr := &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: pool, InsecureSkipVerify: c.insecure, MinVersion: tls.VersionTLS12}, //nolint:gosec // explicit, warned setting
+		TLSHandshakeTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	var rt http.RoundTripper = httpobserve.Transport(tr, "proxmox api call", nil)
+	if c.wrap != nil {
+		rt = c.wrap(rt)
+	}
+	if c.hc != nil {
+		if old, ok := c.hc.Transport.(interface{ CloseIdleConnections() }); ok {
+			old.CloseIdleConnections()
+		}
+	}
+	c.hc = &http.Client{Transport: rt, Timeout: c.timeout}
+	c.caStat = stat
+	return c.hc, nil
+}
+
+func (c *client) token() (string, error) {
+	b, err := os.ReadFile(c.tokenFile)
+	if err != nil {
+		return "", provider.Errorf(provider.ErrTransient, "token file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	t = strings.TrimPrefix(t, "PVEAPIToken=")
+	if !strings.Contains(t, "!") || !strings.Contains(t, "=") || strings.ContainsAny(t, "\r\n") {
+		return "", provider.Errorf(provider.ErrPermanent, "token file %s does not hold user@realm!id=secret", c.tokenFile)
+	}
+	return t, nil
+}
+
+// do sends one request: GET and DELETE parameters in the query (PVE
+// answers 501 to a DELETE body), POST and PUT as a form. out receives data.
+func (c *client) do(ctx context.Context, method, path string, params url.Values, out any) error {
+	var body io.Reader
+	u := c.base + path
+	ct := ""
+	if method == http.MethodGet || method == http.MethodDelete {
+		if len(params) > 0 {
+			u += "?" + params.Encode()
+		}
+	} else if len(params) > 0 {
+		body = strings.NewReader(params.Encode())
+		ct = "application/x-www-form-urlencoded"
+	}
+	return c.send(ctx, method, u, body, ct, out)
+}
+
+func (c *client) send(ctx context.Context, method, u string, body io.Reader, ct string, out any) error {
+	hc, err := c.httpClient()
+	if err != nil {
+		return err
+	}
+	tok, err := c.token()
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return provider.Errorf(provider.ErrPermanent, "building request: %w", err)
+	}
+	req.Header.Set("Authorization", "PVEAPIToken="+tok)
+	if ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return classifyTransport(ctx, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return classifyTransport(ctx, err)
+	}
+	var env struct {
+		Data    json.RawMessage `json:"data"`
+		Message string          `json:"message"`
+	}
+	_ = json.Unmarshal(raw, &env)
+	if resp.StatusCode != http.StatusOK {
+		msg := strings.TrimSpace(env.Message)
+		if msg == "" {
+			_, msg, _ = strings.Cut(resp.Status, " ")
+		}
+		return classifyAPI(&apiError{Status: resp.StatusCode, Message: msg})
+	}
+	if out != nil && len(env.Data) > 0 && string(env.Data) != "null" {
+		if err := json.Unmarshal(env.Data, out); err != nil {
+			return provider.Errorf(provider.ErrTransient, "decoding PVE answer: %w", err)
+		}
+	}
+	return nil
+}
+
+// classifyTransport: TLS verification failures are Permanent (a retry
+// meets the same certificate); the rest, cancellation included, Transient.
+func classifyTransport(ctx context.Context, err error) error {
+	var cv *tls.CertificateVerificationError
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	var ci x509.CertificateInvalidError
+	if errors.As(err, &cv) || errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) {
+		return provider.Errorf(provider.ErrPermanent, "TLS verification of pveproxy failed: %w", err)
+	}
+	if ctx.Err() != nil {
+		return provider.Errorf(provider.ErrTransient, "PVE request: %w", ctx.Err())
+	}
+	return provider.Errorf(provider.ErrTransient, "PVE request: %w", err)
+}
+
+// classifyAPI classifies PVE's answers once, by the seeds' captured texts.
+func classifyAPI(e *apiError) error {
+	m := e.Message
+	switch {
+	case isCapacity(m):
+		return provider.Errorf(provider.ErrQuotaExceeded, "%w", e)
+	case e.Status == 500 && strings.Contains(m, "does not exist"):
+		return provider.Errorf(provider.ErrNotFound, "%w", e)
+	case strings.Contains(m, "got timeout"), e.Status == 595, e.Status == 596:
+		return provider.Errorf(provider.ErrTransient, "%w", e)
+	case e.Status >= 400 && e.Status < 500, e.Status == 501:
+		return provider.Errorf(provider.ErrPermanent, "%w", e)
+	default:
+		return provider.Errorf(provider.ErrTransient, "%w", e)
+	}
+}
+
+func isCapacity(m string) bool {
+	return strings.Contains(m, "No space left on device") || strings.Contains(m, "not enough free space") ||
+		strings.Contains(m, "insufficient free space") || strings.Contains(m, "unable to get any free VMID")
+}
+
+// classifyTask classifies a task's exit status; WARNINGS: n is success.
+func classifyTask(what, exit string) error {
+	if exit == "OK" || strings.HasPrefix(exit, "WARNINGS:") {
+		return nil
+	}
+	e := &apiError{Status: 500, Message: exit}
+	switch {
+	case isCapacity(exit):
+		return provider.Errorf(provider.ErrQuotaExceeded, "%s task: %w", what, e)
+	case strings.Contains(exit, "got timeout"):
+		return provider.Errorf(provider.ErrTransient, "%s task: %w", what, e)
+	case strings.Contains(exit, "does not exist"), strings.Contains(exit, "unable to find configuration file"):
+		return provider.Errorf(provider.ErrNotFound, "%s task: %w", what, e)
+	default:
+		return provider.Errorf(provider.ErrTransient, "%s task: %w", what, e)
+	}
+}
+
+// resource is one entry of /cluster/resources?type=vm.
+type resource struct {
+	VMID     int     `json:"vmid"`
+	Node     string  `json:"node"`
+	Name     string  `json:"name"`
+	Status   string  `json:"status"`
+	Template int     `json:"template"`
+	Tags     string  `json:"tags"`
+	Lock     string  `json:"lock"`
+	Type     string  `json:"type"`
+	Uptime   float64 `json:"uptime"`
+}
+
+func (c *client) resources(ctx context.Context) ([]resource, error) {
+	var rs []resource
+	err := c.do(ctx, http.MethodGet, "/cluster/resources", url.Values{"type": {"vm"}}, &rs)
+	return rs, err
+}
+
+func vmPath(node string, vmid int) string { return "/nodes/" + node + "/qemu/" + strconv.Itoa(vmid) }
+
+func (c *client) config(ctx context.Context, node string, vmid int) (map[string]any, error) {
+	var cfg map[string]any
+	err := c.do(ctx, http.MethodGet, vmPath(node, vmid)+"/config", nil, &cfg)
+	return cfg, err
+}
+
+// upid runs a call that answers a task's UPID.
+func (c *client) upid(ctx context.Context, method, path string, params url.Values) (string, error) {
+	var u string
+	err := c.do(ctx, method, path, params, &u)
+	return u, err
+}
+
+type taskStatus struct {
+	Status     string `json:"status"`
+	ExitStatus string `json:"exitstatus"`
+}
+
+func (c *client) task(ctx context.Context, node, upid string) (taskStatus, error) {
+	var ts taskStatus
+	err := c.do(ctx, http.MethodGet, "/nodes/"+node+"/tasks/"+url.PathEscape(upid)+"/status", nil, &ts)
+	return ts, err
+}
+
+// taskLogTail is the last log line, for progress ("transferred ... (40.00%)").
+func (c *client) taskLogTail(ctx context.Context, node, upid string) string {
+	var lines []struct {
+		T string `json:"t"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/nodes/"+node+"/tasks/"+url.PathEscape(upid)+"/log", url.Values{"start": {"0"}, "limit": {"500"}}, &lines); err != nil || len(lines) == 0 {
+		return ""
+	}
+	return lines[len(lines)-1].T
+}
+
+// upload sends an ISO with a Content-Length (PVE refuses chunked bodies).
+func (c *client) upload(ctx context.Context, node, storage, filename string, data []byte) (string, error) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	_ = mw.WriteField("content", "iso")
+	fw, err := mw.CreateFormFile("filename", filename)
+	if err != nil {
+		return "", provider.Errorf(provider.ErrPermanent, "building upload: %w", err)
+	}
+	_, _ = fw.Write(data)
+	_ = mw.Close()
+	var u string
+	err = c.send(ctx, http.MethodPost, c.base+"/nodes/"+node+"/storage/"+storage+"/upload", bytes.NewReader(buf.Bytes()), mw.FormDataContentType(), &u)
+	return u, err
+}
