@@ -1,0 +1,88 @@
+package proxmox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
+)
+
+// TestLifecycleOverFake: Create returns Provisioning at once, the VM runs
+// with the agent's address, ListByTag sees it, Delete leaves nothing (VM,
+// disks, seed ISO), and the request counts are what the note reports.
+func TestLifecycleOverFake(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.fake.SetTaskPolls("qmclone", 5)
+	in, err := e.p.Create(ctx, request("proxy-a", "11111111-2222-3333-4444-555555555555"))
+	must(t, err)
+	if in.State != provider.StateProvisioning {
+		t.Fatalf("Create state = %s, want Provisioning", in.State)
+	}
+	e.fake.ClearRequests()
+	if got, err := e.p.Get(ctx, in.ID); err != nil || got.State != provider.StateProvisioning {
+		t.Fatalf("Get while provisioning = %+v, %v", got, err)
+	}
+	t.Logf("provisioning Get: %d requests", len(e.fake.Requests()))
+	run := waitRunning(t, e.p, in.ID)
+	if run.IP == "" || run.UID != "11111111-2222-3333-4444-555555555555" {
+		t.Fatalf("running instance = %+v", run)
+	}
+	vmid, _, _ := parseID(in.ID)
+	e.p.forgetResources()
+	e.fake.ClearRequests()
+	_, err = e.p.Get(ctx, in.ID)
+	must(t, err)
+	if n := len(e.fake.Requests()); n > 2 {
+		t.Fatalf("running Get made %d requests (> 2): %v", n, e.fake.Requests())
+	}
+	t.Logf("running Get: %d requests", len(e.fake.Requests()))
+	e.fake.ClearRequests()
+	list, err := e.p.ListByTag(ctx)
+	must(t, err)
+	if len(list) != 1 || list[0].ID != in.ID {
+		t.Fatalf("ListByTag = %+v", list)
+	}
+	t.Logf("ListByTag: %d requests", len(e.fake.Requests()))
+	other := e.newProvider(t, "inst-b")
+	if l, err := other.ListByTag(ctx); err != nil || len(l) != 0 {
+		t.Fatalf("other installation lists %+v, %v", l, err)
+	}
+	if vols := e.fake.Volumes("pve1", "local"); !hasVolume(vols, "proxy-a-seed.iso") {
+		t.Fatalf("seed ISO not uploaded: %+v", vols)
+	}
+	must(t, e.p.Delete(ctx, in.ID))
+	testenv.EventuallyNil(t, "VM gone", func() error {
+		_, err := e.p.Get(ctx, in.ID)
+		if errors.Is(err, provider.ErrNotFound) {
+			return nil
+		}
+		return fmt.Errorf("Get after Delete: %v", err)
+	})
+	testenv.EventuallyNil(t, "delete step done", func() error {
+		if e.p.dels.Running("proxy-a") {
+			return errors.New("delete step running")
+		}
+		return nil
+	})
+	if _, ok := e.fake.VM(vmid); ok {
+		t.Fatalf("VM %d still exists", vmid)
+	}
+	if vols := e.fake.Volumes("pve1", "local"); hasVolume(vols, "proxy-a-seed.iso") {
+		t.Fatalf("seed ISO left behind: %+v", vols)
+	}
+	must(t, e.p.Delete(ctx, in.ID)) // gone is done
+}
+
+func hasVolume[V any](vols []V, name string) bool {
+	for _, v := range vols {
+		if strings.Contains(fmt.Sprintf("%+v", v), name) {
+			return true
+		}
+	}
+	return false
+}
