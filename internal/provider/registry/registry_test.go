@@ -195,7 +195,7 @@ func TestEntryCarriesCheckerAndDecorators(t *testing.T) {
 
 func TestDefaultTypesAreTheAllowList(t *testing.T) {
 	r := New(DefaultTypes(), provider.Options{})
-	if got := strings.Join(r.TypeNames(), ","); got != "gcp,kubernetes,kvm,kvm2,local" {
+	if got := strings.Join(r.TypeNames(), ","); got != "gcp,kubernetes,kvm,kvm2,local,proxmox" {
 		t.Errorf("types = %s", got)
 	}
 	_, err := config.Parse([]byte("providers:\n- {name: a, type: mock}\n"), r.TypeNames())

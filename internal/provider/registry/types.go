@@ -5,6 +5,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/kubernetes"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/libvirt"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/local"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/proxmox"
 )
 
 // DefaultTypes is the constructor map of every provider type the operator
@@ -27,5 +28,8 @@ func DefaultTypes() map[string]Type {
 		// API: ready when the VM runs (tens of seconds), its firewall rule
 		// and insert made in the background.
 		gcp.Type: TypeOf(gcp.Parse, gcp.New, gcp.PollInterval),
+		// proxmox clones Proxmox VE templates over PVE's REST API: ready
+		// in a minute or so (clone, seed upload, boot).
+		proxmox.Type: TypeOf(proxmox.Parse, proxmox.New, proxmox.PollInterval),
 	}
 }
