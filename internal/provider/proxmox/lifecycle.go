@@ -27,10 +27,15 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 	if st.Err != nil {
 		return provider.Instance{}, st.Err
 	}
+	in, err := p.get(withOp(ctx, provider.OpGet), vmid, name)
 	if st.Running {
-		return provider.Instance{ID: id, State: provider.StateProvisioning, Progress: st.Progress}, nil
+		// The step's progress, unless the backend shows the VM gone after
+		// its clone, or taken by another.
+		switch {
+		case err == nil, errors.Is(err, provider.ErrNotFound) && !p.isCloned(name):
+			return provider.Instance{ID: id, UID: in.UID, State: provider.StateProvisioning, Progress: st.Progress}, nil
+		}
 	}
-	in, err := p.get(ctx, vmid, name)
 	if err != nil {
 		return provider.Instance{}, provider.Wrap(p.name, provider.OpGet, provider.ErrTransient, err)
 	}
@@ -57,7 +62,19 @@ func (p *Provider) get(ctx context.Context, vmid int, name string) (provider.Ins
 		return provider.Instance{}, provider.Errorf(provider.ErrNotFound, "VM %d is now %q", vmid, r.Name)
 	}
 	if !m.Managed {
-		return provider.Instance{ID: id, State: provider.StateStopped, Progress: "create unfinished; Create resumes it"}, nil
+		// Not tagged: a create interrupted right after its clone, or
+		// someone else's VM; the description decides (one more request,
+		// never in steady state).
+		cfg, err := p.api.config(ctx, r.Node, vmid)
+		if err != nil {
+			return provider.Instance{}, err
+		}
+		d, _ := cfg["description"].(string)
+		dm := marksFromDescription(d)
+		if !dm.Managed || dm.Installation != p.opts.InstallationID {
+			return provider.Instance{}, provider.Errorf(provider.ErrNotFound, "VM %d is not this installation's", vmid)
+		}
+		return provider.Instance{ID: id, UID: dm.UID, State: provider.StateStopped, Progress: "create unfinished; Create resumes it"}, nil
 	}
 	if m.Installation != p.opts.InstallationID {
 		return provider.Instance{}, provider.Errorf(provider.ErrNotFound, "VM %d is not this installation's", vmid)
@@ -114,6 +131,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	if err := provider.CtxErr(ctx, p.name, provider.OpDelete); err != nil {
 		return err
 	}
+	ctx = withOp(ctx, provider.OpDelete)
 	vmid, name, err := parseID(id)
 	if err != nil {
 		return provider.Wrap(p.name, provider.OpDelete, provider.ErrPermanent, err)
@@ -126,6 +144,10 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	if err := p.steps.Cancel(ctx, name); err != nil {
 		return err
 	}
+	p.creatingMu.Lock()
+	delete(p.creating, name)
+	delete(p.cloned, name)
+	p.creatingMu.Unlock()
 	if st := p.dels.Poll(name); st.Err != nil || st.Running {
 		return st.Err
 	}
@@ -213,11 +235,12 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	if err := provider.CtxErr(ctx, p.name, provider.OpList); err != nil {
 		return nil, err
 	}
-	rs, err := p.resources(ctx, true)
+	rs, err := p.resources(withOp(ctx, provider.OpList), true)
 	if err != nil {
 		return nil, provider.Wrap(p.name, provider.OpList, provider.ErrTransient, err)
 	}
 	var out []provider.Instance
+	seen := map[string]bool{}
 	for _, r := range rs {
 		if r.Template != 0 || r.Name == "" {
 			continue
@@ -226,13 +249,23 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 		if !m.Managed || m.Installation != p.opts.InstallationID {
 			continue
 		}
-		out = append(out, provider.Instance{ID: formatID(r.VMID, r.Name), UID: m.UID})
+		out = append(out, provider.Instance{ID: formatID(r.VMID, r.Name), UID: m.UID, CreatedAt: createdFromTags(r.Tags)})
+		seen[r.Name] = true
 	}
+	// Creates in flight whose VM is not tagged yet (cloning) are ours too.
+	p.creatingMu.Lock()
+	for name, in := range p.creating {
+		if !seen[name] && p.steps.Running(name) {
+			out = append(out, in)
+		}
+	}
+	p.creatingMu.Unlock()
 	return out, nil
 }
 
 // Check probes every node concurrently; the first unhealthy node decides.
 func (p *Provider) Check(ctx context.Context) provider.CheckResult {
+	ctx = withOp(ctx, provider.OpCheck)
 	results := make([]provider.CheckResult, len(p.cfg.Nodes))
 	var wg sync.WaitGroup
 	for i, n := range p.cfg.Nodes {

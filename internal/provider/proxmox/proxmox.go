@@ -38,6 +38,31 @@ type Provider struct {
 	resList []resource
 	resWait chan struct{}
 	window  time.Duration
+
+	// creating holds the creates started here, for ListByTag while the
+	// clone runs (the VM carries no tag until its first config).
+	creatingMu sync.Mutex
+	creating   map[string]provider.Instance
+	cloned     map[string]bool
+}
+
+func (p *Provider) isCloned(name string) bool {
+	p.creatingMu.Lock()
+	defer p.creatingMu.Unlock()
+	return p.cloned[name]
+}
+
+// createdFromTags reads the poc-<unix seconds> tag: /cluster/resources has
+// no creation time, and ListByTag must not read configs.
+func createdFromTags(tags string) time.Time {
+	for _, t := range strings.FieldsFunc(tags, func(r rune) bool { return r == ';' || r == ',' || r == ' ' }) {
+		if v, ok := strings.CutPrefix(t, "poc-"); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return time.Unix(n, 0)
+			}
+		}
+	}
+	return time.Time{}
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -54,7 +79,7 @@ func New(name string, cfg Config, opts provider.Options) (*Provider, error) {
 		api: &client{base: strings.TrimRight(cfg.URL, "/"), tokenFile: cfg.TokenFile, caFile: cfg.CAFile,
 			insecure: cfg.InsecureSkipTLSVerify, timeout: time.Duration(cfg.RequestTimeoutSeconds) * time.Second},
 		steps: inflight.New(provider.OpCreate), dels: inflight.New(provider.OpDelete),
-		taskPoll: time.Second, window: time.Second,
+		taskPoll: time.Second, window: time.Second, creating: map[string]provider.Instance{}, cloned: map[string]bool{},
 	}, nil
 }
 
@@ -96,8 +121,8 @@ func installTag(inst string) string {
 
 func uidTag(uid string) string { return "pou-" + strings.ToLower(uid) }
 
-func (p *Provider) tags(uid string) string {
-	return strings.Join([]string{tagManaged, installTag(p.opts.InstallationID), uidTag(uid)}, ";")
+func (p *Provider) tags(uid string, created time.Time) string {
+	return strings.Join([]string{tagManaged, installTag(p.opts.InstallationID), uidTag(uid), fmt.Sprintf("poc-%d", created.Unix())}, ";")
 }
 
 // marksFromTags reads the mark from /cluster/resources' tags (";" or ","
@@ -265,7 +290,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	if err := provider.CtxErr(ctx, p.name, provider.OpCreate); err != nil {
 		return provider.Instance{}, err
 	}
-	inst, err := p.create(ctx, req)
+	inst, err := p.create(withOp(ctx, provider.OpCreate), req)
 	if err != nil {
 		return provider.Instance{}, provider.Wrap(p.name, provider.OpCreate, provider.ErrTransient, err)
 	}
@@ -344,6 +369,9 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 			}
 		}
 	}
+	p.creatingMu.Lock()
+	p.creating[req.Name] = provider.Instance{ID: id, UID: req.UID, CreatedAt: time.Now()}
+	p.creatingMu.Unlock()
 	st, err := p.steps.Start(ctx, req.Name, "create started", func(ctx context.Context, progress func(string)) error {
 		return p.provision(ctx, req, pl, vmid, progress)
 	})
@@ -423,7 +451,22 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 	if err != nil {
 		return err
 	}
+	p.creatingMu.Lock()
+	p.cloned[req.Name] = true
+	p.creatingMu.Unlock()
 	node := r.Node
+	created := createdFromTags(r.Tags)
+	if created.IsZero() {
+		created = time.Now()
+	}
+	if m := p.marksFromTags(r.Tags); !m.Managed || m.UID != strings.ToLower(req.UID) || createdFromTags(r.Tags).IsZero() {
+		// The mark first, so ListByTag and Get know the VM before the
+		// slow parts; an adopted VM with an empty UID gets ours.
+		if err := p.api.do(ctx, http.MethodPut, vmPath(node, vmid)+"/config", url.Values{"tags": {p.tags(req.UID, created)}, "description": {p.description(req.UID)}}, nil); err != nil {
+			return err
+		}
+		p.forgetResources()
+	}
 	if r.Lock == "suspended" {
 		progress("resuming hibernated VM")
 		upid, err := p.api.upid(ctx, http.MethodPost, vmPath(node, vmid)+"/status/start", nil)
@@ -451,8 +494,8 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 	progress("configuring VM")
 	params := url.Values{
 		"cores": {strconv.Itoa(pl.machine.Cores)}, "memory": {strconv.Itoa(pl.machine.MemoryMB)},
-		"agent": {"1"}, "tags": {p.tags(req.UID)}, "description": {p.description(req.UID)},
-		"ide2": {p.cfg.ISOStorage + ":iso/" + seedName(req.Name) + ",media=cdrom"},
+		"agent": {"1"},
+		"ide2":  {p.cfg.ISOStorage + ":iso/" + seedName(req.Name) + ",media=cdrom"},
 	}
 	if p.cfg.Bridge != "" {
 		n := "virtio,bridge=" + p.cfg.Bridge

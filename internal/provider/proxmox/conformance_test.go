@@ -1,0 +1,169 @@
+package proxmox
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/providertest"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/proxmox/fakepve"
+)
+
+// TestConformance runs the shared contract suite against the provider over
+// the real client and fakepve (TLS, token file, CA file); a fresh fake per
+// case. The fake's tasks advance as the provider polls them.
+func TestConformance(t *testing.T) {
+	providertest.Run(t, providertest.Harness{
+		Name: "pve-test",
+		Type: Type,
+		New: func(t *testing.T, installation string) (provider.Provider, providertest.Backend) {
+			e := newEnv(t)
+			// Tasks run on wall time, as PVE's do, so a task nobody polls
+			// (a cancelled create's clone) still ends.
+			stop := e.fake.StartClock(5 * time.Millisecond)
+			t.Cleanup(stop)
+			b := &fakeBackend{env: e, installation: installation}
+			p := e.newProvider(t, installation)
+			p.window = 0 // every Get reads, so a queued fault meets it
+			p.setWire(b.wire)
+			return p, b
+		},
+		Request: func(_ *testing.T, proxyName, uid string) provider.CreateRequest {
+			return provider.CreateRequest{Port: 3128, AllowedSourceRanges: []string{"10.0.0.0/8"}}
+		},
+		ClockSkew: providertest.DefaultClockSkew,
+	})
+}
+
+type fakeBackend struct {
+	env          *env
+	installation string
+	faults       providertest.Faults
+}
+
+var (
+	_ providertest.Backend   = (*fakeBackend)(nil)
+	_ providertest.Inspector = (*fakeBackend)(nil)
+	_ providertest.Stopper   = (*fakeBackend)(nil)
+)
+
+// syncFault is PVE's answer the provider must classify as class, with the
+// captured texts.
+func syncFault(class error) *fakepve.Error {
+	switch class {
+	case provider.ErrNotFound:
+		return &fakepve.Error{Status: 500, Message: "Configuration file 'nodes/pve1/qemu-server/100.conf' does not exist\n"}
+	case provider.ErrPermanent:
+		return &fakepve.Error{Status: 403, Message: "Permission check failed (/vms/100, VM.Audit)\n"}
+	case provider.ErrQuotaExceeded:
+		return &fakepve.Error{Status: 500, Message: "unable to get any free VMID in range [100, 999999999]\n"}
+	default:
+		return &fakepve.Error{Status: 500, Message: "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout\n"}
+	}
+}
+
+func (b *fakeBackend) wire(next http.RoundTripper) http.RoundTripper {
+	return rtFunc(func(req *http.Request) (*http.Response, error) {
+		op := opOf(req.Context())
+		if op != "" {
+			injected, err := b.faults.Next(req.Context(), op)
+			if err != nil {
+				return nil, err
+			}
+			if injected != nil {
+				rel := strings.TrimPrefix(req.URL.Path, "/api2/json/")
+				b.env.fake.FailNext(fakepve.Fault{Method: req.Method, Path: rel, Err: syncFault(injected)})
+			}
+		}
+		return next.RoundTrip(req)
+	})
+}
+
+type rtFunc func(*http.Request) (*http.Response, error)
+
+func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (b *fakeBackend) FailNext(t *testing.T, op string, class error) { b.faults.FailNext(op, class) }
+
+func (b *fakeBackend) Block(t *testing.T, op string) func() { return b.faults.Block(op) }
+
+func (b *fakeBackend) vmidByName(name string) (int, bool) {
+	for _, id := range b.env.fake.VMIDs() {
+		if vm, ok := b.env.fake.VM(id); ok && configValue(vm, "name") == name {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
+func (b *fakeBackend) Vanish(t *testing.T, id string) {
+	vmid, _, err := parseID(id)
+	must(t, err)
+	b.env.fake.SetVMRunning(vmid, "")
+	c := b.env.fake.Client()
+	req, _ := http.NewRequest(http.MethodDelete, fmt.Sprintf("%s/nodes/pve1/qemu/%d?purge=1", b.env.fake.URL(), vmid), nil)
+	req.Header.Set("Authorization", b.env.fake.Token())
+	resp, err := c.Do(req)
+	must(t, err)
+	_ = resp.Body.Close()
+	b.env.fake.Settle()
+	if _, ok := b.env.fake.VM(vmid); ok {
+		t.Fatalf("Vanish: VM %d still there (%s)", vmid, resp.Status)
+	}
+}
+
+func (b *fakeBackend) Plant(t *testing.T, name string, marks *provider.Marks) {
+	cfg := []fakepve.KV{{Key: "name", Value: name}, {Key: "memory", Value: "512"}}
+	if marks != nil {
+		m := *marks
+		cfg = append(cfg, fakepve.KV{Key: "description", Value: fmt.Sprintf("%s=%v\n%s=%s\n%s=%s\n", provider.MarkManaged, map[bool]string{true: "true"}[m.Managed], provider.MarkUID, m.UID, provider.MarkInstallation, m.Installation)})
+		var tags []string
+		if m.Managed {
+			tags = append(tags, tagManaged)
+		}
+		tags = append(tags, installTag(m.Installation))
+		if m.UID != "" {
+			tags = append(tags, uidTag(m.UID))
+		}
+		cfg = append(cfg, fakepve.KV{Key: "tags", Value: strings.Join(tags, ";")})
+	}
+	vmid := 100
+	for _, id := range b.env.fake.VMIDs() {
+		if id >= vmid && id < 9000 {
+			vmid = id + 1
+		}
+	}
+	must(t, b.env.fake.PutVM(fakepve.VM{VMID: vmid, Node: "pve1", Config: cfg}))
+}
+
+func (b *fakeBackend) Inspect(t *testing.T, name string) (*provider.Marks, bool) {
+	vmid, ok := b.vmidByName(name)
+	if !ok {
+		return nil, false
+	}
+	vm, _ := b.env.fake.VM(vmid)
+	d := configValue(vm, "description")
+	if d == "" {
+		return nil, true
+	}
+	m := marksFromDescription(d)
+	return &m, true
+}
+
+func (b *fakeBackend) Stop(t *testing.T, id string) {
+	vmid, _, err := parseID(id)
+	must(t, err)
+	b.env.fake.SetVMRunning(vmid, "")
+}
+
+func configValue(vm fakepve.VMState, key string) string {
+	for _, kv := range vm.Config {
+		if kv.Key == key {
+			return kv.Value
+		}
+	}
+	return ""
+}
