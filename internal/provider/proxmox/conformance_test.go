@@ -1,7 +1,10 @@
 package proxmox
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -74,8 +77,10 @@ func (b *fakeBackend) wire(next http.RoundTripper) http.RoundTripper {
 				return nil, err
 			}
 			if injected != nil {
-				rel := strings.TrimPrefix(req.URL.Path, "/api2/json/")
-				b.env.fake.FailNext(fakepve.Fault{Method: req.Method, Path: rel, Err: syncFault(injected)})
+				// Answered here, in PVE's form, rather than queued in the
+				// fake by path: a step's concurrent call to the same path
+				// would take it.
+				return pveAnswer(req, syncFault(injected)), nil
 			}
 		}
 		return next.RoundTrip(req)
@@ -166,4 +171,13 @@ func configValue(vm fakepve.VMState, key string) string {
 		}
 	}
 	return ""
+}
+
+// pveAnswer is e as pve-http-server writes it: the message's first line as
+// the reason phrase, {"data":null,"message":...} as the body.
+func pveAnswer(req *http.Request, e *fakepve.Error) *http.Response {
+	body, _ := json.Marshal(map[string]any{"data": nil, "message": e.Message})
+	return &http.Response{StatusCode: e.Status, Status: fmt.Sprintf("%d %s", e.Status, e.Reason()), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/json;charset=UTF-8"}}, Body: io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)), Request: req}
 }

@@ -32,7 +32,7 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 		// The step's progress, unless the backend shows the VM gone after
 		// its clone, or taken by another.
 		switch {
-		case err == nil, errors.Is(err, provider.ErrNotFound) && !p.isCloned(name):
+		case err == nil:
 			return provider.Instance{ID: id, UID: in.UID, State: provider.StateProvisioning, Progress: st.Progress}, nil
 		}
 	}
@@ -156,19 +156,12 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 		return provider.Wrap(p.name, provider.OpDelete, provider.ErrTransient, err)
 	}
 	r, ok := find(rs, vmid)
-	ours := ok && r.Name == name && (p.marksFromTags(r.Tags).Installation == p.opts.InstallationID || r.Tags == "")
-	if ok && r.Name == name && r.Tags == "" {
-		cfg, err := p.api.config(ctx, r.Node, vmid)
-		if err != nil && !errors.Is(err, provider.ErrNotFound) {
-			return provider.Wrap(p.name, provider.OpDelete, provider.ErrTransient, err)
-		}
-		d, _ := cfg["description"].(string)
-		m := marksFromDescription(d)
-		ours = m.Managed && m.Installation == p.opts.InstallationID
-	}
+	// A locked entry (a clone in progress is nameless) is judged once its
+	// lock clears, in the step.
+	candidate := ok && (r.Name == name || r.Lock != "")
 	_, err = p.dels.Start(ctx, name, "delete started", func(ctx context.Context, progress func(string)) error {
 		defer p.forgetResources()
-		if ours {
+		if candidate {
 			return p.destroy(ctx, vmid, name, progress)
 		}
 		return p.deleteSeeds(ctx, name)
@@ -187,6 +180,15 @@ func (p *Provider) destroy(ctx context.Context, vmid int, name string, progress 
 	}
 	if err != nil {
 		return err
+	}
+	if ours, err := p.owned(ctx, r, name); err != nil || !ours {
+		if errors.Is(err, provider.ErrNotFound) {
+			err = nil
+		}
+		if err != nil {
+			return err
+		}
+		return p.deleteSeeds(ctx, name)
 	}
 	path := vmPath(r.Node, vmid)
 	if r.Status != "stopped" || r.Lock == "suspended" {
@@ -255,7 +257,9 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	// Creates in flight whose VM is not tagged yet (cloning) are ours too.
 	p.creatingMu.Lock()
 	for name, in := range p.creating {
-		if !seen[name] && p.steps.Running(name) {
+		vmid, _, _ := parseID(in.ID)
+		r, present := find(rs, vmid)
+		if !seen[name] && present && (r.Name == name || r.Lock == "clone") && p.steps.Running(name) {
 			out = append(out, in)
 		}
 	}
@@ -350,4 +354,22 @@ func checkReason(ctx context.Context, err error) string {
 	default:
 		return provider.ReasonUnreachable
 	}
+}
+
+// owned: our name and this installation's mark (tags, else the
+// description).
+func (p *Provider) owned(ctx context.Context, r resource, name string) (bool, error) {
+	if r.Name != name {
+		return false, nil
+	}
+	if m := p.marksFromTags(r.Tags); m.Managed {
+		return m.Installation == p.opts.InstallationID, nil
+	}
+	cfg, err := p.api.config(ctx, r.Node, r.VMID)
+	if err != nil {
+		return false, err
+	}
+	d, _ := cfg["description"].(string)
+	m := marksFromDescription(d)
+	return m.Managed && m.Installation == p.opts.InstallationID, nil
 }

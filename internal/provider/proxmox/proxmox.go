@@ -46,6 +46,12 @@ type Provider struct {
 	cloned     map[string]bool
 }
 
+func (p *Provider) setCloned(name string) {
+	p.creatingMu.Lock()
+	p.cloned[name] = true
+	p.creatingMu.Unlock()
+}
+
 func (p *Provider) isCloned(name string) bool {
 	p.creatingMu.Lock()
 	defer p.creatingMu.Unlock()
@@ -353,6 +359,15 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 	if st := p.steps.Poll(req.Name); st.Err != nil {
 		return provider.Instance{}, st.Err
 	}
+	if p.steps.Running(req.Name) {
+		p.creatingMu.Lock()
+		in, ok := p.creating[req.Name]
+		p.creatingMu.Unlock()
+		if ok {
+			st := p.steps.Poll(req.Name)
+			return provider.Instance{ID: in.ID, UID: req.UID, State: provider.StateProvisioning, Progress: st.Progress}, nil
+		}
+	}
 	rs, err := p.resources(ctx, true)
 	if err != nil {
 		return provider.Instance{}, err
@@ -369,11 +384,25 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 			}
 		}
 	}
+	// The clone is submitted here (PVE answers its UPID at once), so the
+	// VM's entry exists once Create returns; its task is followed by the
+	// step.
+	cloneUPID := ""
+	if _, exists := find(rs, vmid); !exists {
+		params := url.Values{"newid": {strconv.Itoa(vmid)}, "name": {req.Name}, "description": {p.description(req.UID)}}
+		if p.cfg.FullClone {
+			params.Set("full", "1")
+		}
+		if cloneUPID, err = p.api.upid(ctx, http.MethodPost, vmPath(pl.node, pl.template)+"/clone", params); err != nil {
+			return provider.Instance{}, err
+		}
+		p.forgetResources()
+	}
 	p.creatingMu.Lock()
 	p.creating[req.Name] = provider.Instance{ID: id, UID: req.UID, CreatedAt: time.Now()}
 	p.creatingMu.Unlock()
 	st, err := p.steps.Start(ctx, req.Name, "create started", func(ctx context.Context, progress func(string)) error {
-		return p.provision(ctx, req, pl, vmid, progress)
+		return p.provision(ctx, req, pl, vmid, cloneUPID, progress)
 	})
 	if err != nil {
 		return provider.Instance{}, err
@@ -413,6 +442,14 @@ func (p *Provider) allocate(ctx context.Context, rs []resource, req provider.Cre
 		if err := provider.AdoptionError(provider.CheckAdoption(m, p.opts.InstallationID, req.UID), req.Name); err != nil {
 			return 0, false, err
 		}
+		if m.UID == "" {
+			// Adopted with an empty UID: ours is written now, so the next
+			// list and Get see it.
+			if err := p.api.do(ctx, http.MethodPut, vmPath(r.Node, r.VMID)+"/config", url.Values{"tags": {p.tags(req.UID, time.Now())}, "description": {p.description(req.UID)}}, nil); err != nil {
+				return 0, false, err
+			}
+			p.forgetResources()
+		}
 		return r.VMID, true, nil
 	}
 	for i := 0; i < 64; i++ {
@@ -426,34 +463,14 @@ func (p *Provider) allocate(ctx context.Context, rs []resource, req provider.Cre
 
 // provision is the create step: each part ensures, so a rerun after a
 // restart resumes.
-func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl plan, vmid int, progress func(string)) error {
-	rs, err := p.resources(ctx, true)
+func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl plan, vmid int, cloneUPID string, progress func(string)) error {
+	if err := p.wait(ctx, pl.node, cloneUPID, "clone", progress); err != nil {
+		return err
+	}
+	r, err := p.waitUnlocked(ctx, vmid, progress)
 	if err != nil {
 		return err
 	}
-	r, exists := find(rs, vmid)
-	if !exists {
-		progress("clone task started")
-		params := url.Values{"newid": {strconv.Itoa(vmid)}, "name": {req.Name}, "description": {p.description(req.UID)}}
-		if p.cfg.FullClone {
-			params.Set("full", "1")
-		}
-		upid, err := p.api.upid(ctx, http.MethodPost, vmPath(pl.node, pl.template)+"/clone", params)
-		if err != nil {
-			return err
-		}
-		if err := p.wait(ctx, pl.node, upid, "clone", progress); err != nil {
-			return err
-		}
-		r = resource{VMID: vmid, Node: pl.node}
-	}
-	r, err = p.waitUnlocked(ctx, vmid, progress)
-	if err != nil {
-		return err
-	}
-	p.creatingMu.Lock()
-	p.cloned[req.Name] = true
-	p.creatingMu.Unlock()
 	node := r.Node
 	created := createdFromTags(r.Tags)
 	if created.IsZero() {
