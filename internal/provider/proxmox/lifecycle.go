@@ -161,6 +161,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	candidate := ok && (r.Name == name || r.Lock != "")
 	_, err = p.dels.Start(ctx, name, "delete started", func(ctx context.Context, progress func(string)) error {
 		defer p.forgetResources()
+		ctx = withOp(ctx, opDeleteStep)
 		if candidate {
 			return p.destroy(ctx, vmid, name, progress)
 		}

@@ -7,6 +7,13 @@ import (
 
 type opKey struct{}
 
+// The background steps' requests carry their own op names, so a fault
+// meant for a call's own request is not taken by a step running meanwhile.
+const (
+	opCreateStep = "create-step"
+	opDeleteStep = "delete-step"
+)
+
 // withOp records the provider operation a request serves (tests' wire
 // seam reads it to fail or hold one operation's calls).
 func withOp(ctx context.Context, op string) context.Context {

@@ -402,7 +402,7 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 	p.creating[req.Name] = provider.Instance{ID: id, UID: req.UID, CreatedAt: time.Now()}
 	p.creatingMu.Unlock()
 	st, err := p.steps.Start(ctx, req.Name, "create started", func(ctx context.Context, progress func(string)) error {
-		return p.provision(ctx, req, pl, vmid, cloneUPID, progress)
+		return p.provision(withOp(ctx, opCreateStep), req, pl, vmid, cloneUPID, progress)
 	})
 	if err != nil {
 		return provider.Instance{}, err
