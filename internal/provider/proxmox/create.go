@@ -1,0 +1,267 @@
+package proxmox
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/nocloud"
+)
+
+// Create resolves the VMID (one /cluster/resources read) and starts the
+// slow steps in the background; it returns Provisioning with progress.
+func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
+	if err := provider.CtxErr(ctx, p.name, provider.OpCreate); err != nil {
+		return provider.Instance{}, err
+	}
+	inst, err := p.create(withOp(ctx, provider.OpCreate), req)
+	if err != nil {
+		return provider.Instance{}, provider.Wrap(p.name, provider.OpCreate, provider.ErrTransient, err)
+	}
+	return inst, nil
+}
+
+type plan struct {
+	node     string
+	template int
+	machine  MachineType
+}
+
+func (p *Provider) plan(req provider.CreateRequest) (plan, error) {
+	pl := plan{node: req.Placement.Zone}
+	if pl.node == "" {
+		pl.node = p.cfg.Nodes[0]
+	} else if !contains(p.cfg.Nodes, pl.node) {
+		return pl, provider.Errorf(provider.ErrPermanent, "node %q is not configured", pl.node)
+	}
+	img := req.Placement.Image
+	if img == "" {
+		img = p.cfg.DefaultTemplate
+	}
+	tpl, ok := p.cfg.Templates[img]
+	if !ok {
+		return pl, provider.Errorf(provider.ErrPermanent, "image %q is not in the templates catalogue", img)
+	}
+	pl.template = tpl
+	mt := req.Placement.MachineType
+	if mt == "" {
+		mt = p.cfg.DefaultMachine
+	}
+	m, ok := p.cfg.MachineTypes[mt]
+	if !ok {
+		return pl, provider.Errorf(provider.ErrPermanent, "machine type %q is not in the catalogue", mt)
+	}
+	pl.machine = m
+	return pl, nil
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
+	pl, err := p.plan(req)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	unlock, err := p.names.Lock(ctx, req.Name)
+	if err != nil {
+		return provider.Instance{}, provider.Errorf(provider.ErrTransient, "waiting for another call on %s: %w", req.Name, err)
+	}
+	defer unlock()
+	if st := p.steps.Poll(req.Name); st.Err != nil {
+		return provider.Instance{}, st.Err
+	}
+	if p.steps.Running(req.Name) {
+		p.creatingMu.Lock()
+		in, ok := p.creating[req.Name]
+		p.creatingMu.Unlock()
+		if ok {
+			st := p.steps.Poll(req.Name)
+			return provider.Instance{ID: in.ID, UID: req.UID, State: provider.StateProvisioning, Progress: st.Progress}, nil
+		}
+	}
+	rs, err := p.resources(ctx, true)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	vmid, adopt, err := p.allocate(ctx, rs, req)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	id := formatID(vmid, req.Name)
+	if adopt {
+		if r, _ := find(rs, vmid); r.Status == "running" && r.Lock == "" && p.marksFromTags(r.Tags).Managed {
+			if in, err := p.get(ctx, vmid, req.Name); err == nil && in.State != provider.StateStopped {
+				return in, nil
+			}
+		}
+	}
+	// The clone is submitted here (PVE answers its UPID at once), so the
+	// VM's entry exists once Create returns; its task is followed by the
+	// step.
+	cloneUPID := ""
+	if _, exists := find(rs, vmid); !exists {
+		params := url.Values{"newid": {strconv.Itoa(vmid)}, "name": {req.Name}, "description": {p.description(req.UID)}}
+		if p.cfg.FullClone {
+			params.Set("full", "1")
+		}
+		if cloneUPID, err = p.api.upid(ctx, http.MethodPost, vmPath(pl.node, pl.template)+"/clone", params); err != nil {
+			return provider.Instance{}, err
+		}
+		p.forgetResources()
+	}
+	p.creatingMu.Lock()
+	p.creating[req.Name] = provider.Instance{ID: id, UID: req.UID, CreatedAt: time.Now()}
+	p.creatingMu.Unlock()
+	st, err := p.steps.Start(ctx, req.Name, "create started", func(ctx context.Context, progress func(string)) error {
+		return p.provision(withOp(ctx, opCreateStep), req, pl, vmid, cloneUPID, progress)
+	})
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	if st.Err != nil {
+		return provider.Instance{}, st.Err
+	}
+	return provider.Instance{ID: id, UID: req.UID, State: provider.StateProvisioning, Progress: st.Progress}, nil
+}
+
+// allocate finds our VM by name or a free VMID from the UID's hash.
+func (p *Provider) allocate(ctx context.Context, rs []resource, req provider.CreateRequest) (int, bool, error) {
+	var named []resource
+	taken := map[int]bool{}
+	for _, r := range rs {
+		taken[r.VMID] = true
+		if r.Name == req.Name && r.Template == 0 {
+			named = append(named, r)
+		}
+	}
+	if len(named) > 1 {
+		return 0, false, provider.Errorf(provider.ErrPermanent, "%d VMs are named %q; remove all but one", len(named), req.Name)
+	}
+	if len(named) == 1 {
+		r := named[0]
+		m := p.marksFromTags(r.Tags)
+		if !m.Managed {
+			// Not tagged yet (a create interrupted after the clone): the
+			// description decides.
+			cfg, err := p.api.config(ctx, r.Node, r.VMID)
+			if err != nil {
+				return 0, false, err
+			}
+			d, _ := cfg["description"].(string)
+			m = marksFromDescription(d)
+		}
+		if err := provider.AdoptionError(provider.CheckAdoption(m, p.opts.InstallationID, req.UID), req.Name); err != nil {
+			return 0, false, err
+		}
+		if m.UID == "" {
+			// Adopted with an empty UID: ours is written now, so the next
+			// list and Get see it.
+			if err := p.api.do(ctx, http.MethodPut, vmPath(r.Node, r.VMID)+"/config", url.Values{"tags": {p.tags(req.UID, time.Now())}, "description": {p.description(req.UID)}}, nil); err != nil {
+				return 0, false, err
+			}
+			p.forgetResources()
+		}
+		return r.VMID, true, nil
+	}
+	for i := 0; i < 64; i++ {
+		v := p.vmidFor(req.UID, i)
+		if !taken[v] {
+			return v, false, nil
+		}
+	}
+	return 0, false, provider.Errorf(provider.ErrQuotaExceeded, "no free VMID in [%d, %d] after 64 probes", p.cfg.VMIDMin, p.cfg.VMIDMax)
+}
+
+// provision is the create step: each part ensures, so a rerun after a
+// restart resumes.
+func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl plan, vmid int, cloneUPID string, progress func(string)) error {
+	if err := p.wait(ctx, pl.node, cloneUPID, "clone", progress); err != nil {
+		return err
+	}
+	r, err := p.waitUnlocked(ctx, vmid, progress)
+	if err != nil {
+		return err
+	}
+	node := r.Node
+	created := createdFromTags(r.Tags)
+	if created.IsZero() {
+		created = time.Now()
+	}
+	if m := p.marksFromTags(r.Tags); !m.Managed || m.UID != strings.ToLower(req.UID) || createdFromTags(r.Tags).IsZero() {
+		// The mark first, so ListByTag and Get know the VM before the
+		// slow parts; an adopted VM with an empty UID gets ours.
+		if err := p.api.do(ctx, http.MethodPut, vmPath(node, vmid)+"/config", url.Values{"tags": {p.tags(req.UID, created)}, "description": {p.description(req.UID)}}, nil); err != nil {
+			return err
+		}
+		p.forgetResources()
+	}
+	if r.Lock == "suspended" {
+		progress("resuming hibernated VM")
+		upid, err := p.api.upid(ctx, http.MethodPost, vmPath(node, vmid)+"/status/start", nil)
+		if err != nil {
+			return err
+		}
+		return p.wait(ctx, node, upid, "start", progress)
+	}
+	if r.Status == "running" {
+		return nil
+	}
+	progress("uploading seed ISO")
+	iso, err := nocloud.Build(nocloud.Seed{InstanceID: req.Name, LocalHostname: req.Name, UserData: req.CloudInit,
+		VendorData: nocloud.GuestAgentVendorData})
+	if err != nil {
+		return err
+	}
+	upid, err := p.api.upload(ctx, node, p.cfg.ISOStorage, seedName(req.Name), iso)
+	if err != nil {
+		return err
+	}
+	if err := p.wait(ctx, node, upid, "upload", progress); err != nil {
+		return err
+	}
+	progress("configuring VM")
+	params := url.Values{
+		"cores": {strconv.Itoa(pl.machine.Cores)}, "memory": {strconv.Itoa(pl.machine.MemoryMB)},
+		"agent": {"1"},
+		"ide2":  {p.cfg.ISOStorage + ":iso/" + seedName(req.Name) + ",media=cdrom"},
+	}
+	if p.cfg.Bridge != "" {
+		n := "virtio,bridge=" + p.cfg.Bridge
+		if p.cfg.VLANTag > 0 {
+			n += ",tag=" + strconv.Itoa(p.cfg.VLANTag)
+		}
+		params.Set("net0", n)
+	}
+	if err := p.api.do(ctx, http.MethodPut, vmPath(node, vmid)+"/config", params, nil); err != nil {
+		return err
+	}
+	if p.cfg.DiskGiB > 0 {
+		progress("resizing disk")
+		upid, err := p.api.upid(ctx, http.MethodPut, vmPath(node, vmid)+"/resize", url.Values{"disk": {"scsi0"}, "size": {strconv.Itoa(p.cfg.DiskGiB) + "G"}})
+		if err != nil && !strings.Contains(err.Error(), "shrinking disks is not supported") {
+			return err
+		}
+		if err == nil {
+			if err := p.wait(ctx, node, upid, "resize", progress); err != nil {
+				return err
+			}
+		}
+	}
+	progress("start task started")
+	upid, err = p.api.upid(ctx, http.MethodPost, vmPath(node, vmid)+"/status/start", nil)
+	if err != nil {
+		return err
+	}
+	return p.wait(ctx, node, upid, "start", progress)
+}

@@ -1,0 +1,119 @@
+package proxmox
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// Delete cancels the create step, then stops, removes the seed ISO and
+// destroys in the background (returns early: the caller polls Get until
+// ErrNotFound, which it reads only once everything is gone).
+func (p *Provider) Delete(ctx context.Context, id string) error {
+	if err := provider.CtxErr(ctx, p.name, provider.OpDelete); err != nil {
+		return err
+	}
+	ctx = withOp(ctx, provider.OpDelete)
+	vmid, name, err := parseID(id)
+	if err != nil {
+		return provider.Wrap(p.name, provider.OpDelete, provider.ErrPermanent, err)
+	}
+	unlock, err := p.names.Lock(ctx, name)
+	if err != nil {
+		return provider.Wrap(p.name, provider.OpDelete, provider.ErrTransient, err)
+	}
+	defer unlock()
+	if err := p.steps.Cancel(ctx, name); err != nil {
+		return err
+	}
+	p.creatingMu.Lock()
+	delete(p.creating, name)
+	delete(p.cloned, name)
+	p.creatingMu.Unlock()
+	if st := p.dels.Poll(name); st.Err != nil || st.Running {
+		return st.Err
+	}
+	rs, err := p.resources(ctx, true)
+	if err != nil {
+		return provider.Wrap(p.name, provider.OpDelete, provider.ErrTransient, err)
+	}
+	r, ok := find(rs, vmid)
+	// A locked entry (a clone in progress is nameless) is judged once its
+	// lock clears, in the step.
+	candidate := ok && (r.Name == name || r.Lock != "")
+	_, err = p.dels.Start(ctx, name, "delete started", func(ctx context.Context, progress func(string)) error {
+		defer p.forgetResources()
+		ctx = withOp(ctx, opDeleteStep)
+		if candidate {
+			return p.destroy(ctx, vmid, name, progress)
+		}
+		return p.deleteSeeds(ctx, name)
+	})
+	if err != nil {
+		return err
+	}
+	p.forgetResources()
+	return nil
+}
+
+func (p *Provider) destroy(ctx context.Context, vmid int, name string, progress func(string)) error {
+	r, err := p.waitUnlocked(ctx, vmid, progress)
+	if errors.Is(err, provider.ErrNotFound) {
+		return p.deleteSeeds(ctx, name)
+	}
+	if err != nil {
+		return err
+	}
+	if ours, err := p.owned(ctx, r, name); err != nil || !ours {
+		if errors.Is(err, provider.ErrNotFound) {
+			err = nil
+		}
+		if err != nil {
+			return err
+		}
+		return p.deleteSeeds(ctx, name)
+	}
+	path := vmPath(r.Node, vmid)
+	if r.Status != "stopped" || r.Lock == "suspended" {
+		upid, err := p.api.upid(ctx, http.MethodPost, path+"/status/stop", nil)
+		if err != nil && !errors.Is(err, provider.ErrNotFound) {
+			return err
+		}
+		if err := p.wait(ctx, r.Node, upid, "stop", progress); err != nil && !errors.Is(err, provider.ErrNotFound) {
+			return err
+		}
+	}
+	if err := p.deleteSeeds(ctx, name); err != nil {
+		return err
+	}
+	upid, err := p.api.upid(ctx, http.MethodDelete, path, url.Values{"purge": {"1"}, "destroy-unreferenced-disks": {"1"}})
+	if errors.Is(err, provider.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := p.wait(ctx, r.Node, upid, "destroy", progress); err != nil && !errors.Is(err, provider.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// deleteSeeds removes the seed ISO on every configured node (a VM may have
+// migrated away from the node its seed was uploaded to).
+func (p *Provider) deleteSeeds(ctx context.Context, name string) error {
+	for _, node := range p.cfg.Nodes {
+		vol := p.cfg.ISOStorage + ":iso/" + seedName(name)
+		upid, err := p.api.upid(ctx, http.MethodDelete, "/nodes/"+node+"/storage/"+p.cfg.ISOStorage+"/content/"+vol, nil)
+		if err != nil && !errors.Is(err, provider.ErrNotFound) {
+			return err
+		}
+		if err := p.wait(ctx, node, upid, "seed delete", func(string) {}); err != nil && !errors.Is(err, provider.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}

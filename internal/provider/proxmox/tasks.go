@@ -1,0 +1,72 @@
+package proxmox
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// wait follows a task until it ends, reporting progress.
+func (p *Provider) wait(ctx context.Context, node, upid, what string, progress func(string)) error {
+	if upid == "" {
+		return nil
+	}
+	t := time.NewTicker(p.taskPoll)
+	defer t.Stop()
+	for {
+		ts, err := p.api.task(ctx, node, upid)
+		if err != nil {
+			return err
+		}
+		if ts.Status == "stopped" {
+			return classifyTask(what, ts.ExitStatus)
+		}
+		detail := what + " task running"
+		if what == "clone" {
+			if m := pctRE.FindStringSubmatch(p.api.taskLogTail(ctx, node, upid)); m != nil {
+				detail = fmt.Sprintf("clone task %s%%", m[1])
+			}
+		}
+		progress(detail)
+		select {
+		case <-ctx.Done():
+			return provider.Errorf(provider.ErrTransient, "%s task %s: %w", what, upid, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+var pctRE = regexp.MustCompile(`\(([0-9]+)(?:\.[0-9]+)?%\)`)
+
+// waitUnlocked waits out a VM lock in the background; a clone lock that
+// never clears is reported with the VMID and the qm unlock hint.
+func (p *Provider) waitUnlocked(ctx context.Context, vmid int, progress func(string)) (resource, error) {
+	t := time.NewTicker(p.taskPoll)
+	defer t.Stop()
+	start := time.Now()
+	for {
+		rs, err := p.resources(ctx, true)
+		if err != nil {
+			return resource{}, err
+		}
+		r, ok := find(rs, vmid)
+		if !ok {
+			return resource{}, provider.Errorf(provider.ErrNotFound, "VM %d is gone", vmid)
+		}
+		if r.Lock == "" || r.Lock == "suspended" {
+			return r, nil
+		}
+		if time.Since(start) > 10*time.Minute {
+			return r, provider.Errorf(provider.ErrTransient, "VM %d is still locked (%s) after %s; if no task runs on it, clear it with `qm unlock %d` on node %s", vmid, r.Lock, time.Since(start).Round(time.Second), vmid, r.Node)
+		}
+		progress(fmt.Sprintf("VM %d locked (%s); waiting (qm unlock %d if it never clears)", vmid, r.Lock, vmid))
+		select {
+		case <-ctx.Done():
+			return resource{}, provider.Errorf(provider.ErrTransient, "waiting for VM %d lock: %w", vmid, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
