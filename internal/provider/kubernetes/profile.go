@@ -26,7 +26,7 @@ func Profile() provider.Profile {
 		ClientKind:         provider.Is(provider.ClientKindVendorSDK).Note("client-go typed clientset, its own rate limit (`clientQPS`, `clientBurst`)"),
 		Timeouts:           provider.Is(provider.TimeoutsCtxOnly),
 		Logging:            provider.Is(provider.LoggingTiered).Note("V(1) outcomes and one `kubernetes api call` line per request, V(2) the instance spec"),
-		ChildSpans:         provider.Is(provider.ChildSpansTransportWrapper).Note("`otelhttp`, parent-gated, `HTTP <METHOD>`"),
+		ChildSpans:         provider.Is(provider.ChildSpansTransportWrapper).Note("`httpobserve` (otelhttp), parent-gated, `HTTP <METHOD>`"),
 		BackendTest:        "envtest: a real kube-apiserver and etcd, the test writing Pod status",
 
 		Placement: provider.PlacementUse{

@@ -52,7 +52,8 @@ var pending = map[string][]string{
 // source of docs/providers.md) against the code it describes: the profiles
 // cover DefaultTypes exactly; each is valid; Checker and SecondaryLister
 // are implemented exactly when the profile says so; the states and check
-// reasons the package's code names are the ones its profile lists; and a
+// reasons the package's code names are the ones its profile lists; its
+// child spans come from where the profile says; and a
 // profile that delivers cloud-init uses the shared NoCloud seed or the
 // metadata key it names, with the generated Squid cloud-config, while one
 // that ignores it never renders or reveals it.
@@ -122,6 +123,24 @@ func TestProfilesMatchCode(t *testing.T) {
 			for r := range src.reasons {
 				check("reasons", slices.Contains(prof.Check.Reasons, r),
 					"the code names check reason %q, which the profile does not list", r)
+			}
+
+			otel := false
+			for imp := range src.imports {
+				otel = otel || strings.HasPrefix(imp, "go.opentelemetry.io/")
+			}
+			for _, cs := range prof.ChildSpans.Values {
+				switch cs {
+				case provider.ChildSpansTransportWrapper:
+					check("child-spans", src.imports["internal/provider/httpobserve"],
+						"profile says child spans from a transport wrapper, but the package does not use internal/provider/httpobserve")
+				case provider.ChildSpansSpanDecorator:
+					check("child-spans", src.imports["go.opentelemetry.io/otel/trace"] && !src.imports["internal/provider/httpobserve"],
+						"profile says the package starts its own spans, but it does not import go.opentelemetry.io/otel/trace, or uses httpobserve")
+				case provider.ChildSpansNone:
+					check("child-spans", !otel && !src.imports["internal/provider/httpobserve"],
+						"profile says no child spans, but the package imports OpenTelemetry or httpobserve")
+				}
 			}
 
 			delivery := prof.CloudInit.Values
