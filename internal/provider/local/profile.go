@@ -45,6 +45,6 @@ func Profile() provider.Profile {
 				provider.ReasonTimeout, provider.ReasonAPIError},
 		},
 		CredentialRotation: "n/a: no credentials",
-		TestedAgainst:      "the conformance suite over real loopback listeners (the slow-step and restart cases skip: instances live in the operator's process); the reconciler's and the demo's end-to-end runs",
+		TestedAgainst:      "the conformance suite over real loopback listeners (the slow-step and restart cases skip: instances live in the operator's process); the operator's tests on envtest (`internal/operator`) and `make demo`",
 	}
 }
