@@ -37,9 +37,13 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
 
+.PHONY: providers-doc
+providers-doc: ## Generate docs/providers.md from the providers' profiles (internal/provider/*/profile.go).
+	$(GO) run ./hack/providers-doc -o docs/providers.md
+
 .PHONY: verify-generated
-verify-generated: manifests generate ## Fail when generated files are stale.
-	@git diff --exit-code -- api config/crd config/rbac || { echo "generated files are stale: run 'make manifests generate' and commit"; exit 1; }
+verify-generated: manifests generate providers-doc ## Fail when generated files are stale.
+	@git diff --exit-code -- api config/crd config/rbac docs/providers.md || { echo "generated files are stale: run 'make manifests generate providers-doc' and commit"; exit 1; }
 
 .PHONY: fmt
 fmt:

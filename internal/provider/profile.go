@@ -1,0 +1,363 @@
+package provider
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Profile is what a provider type declares about itself: its pick on each
+// axis of docs/provider-contract.md section 3, and the rows users compare
+// between types. Every provider package exports one (a func Profile), and
+// docs/providers.md is generated from them (hack/providers-doc), so the
+// page cannot drift from the code; the registry's tests check the parts
+// that can be read off the code (Checker and SecondaryLister presence, the
+// states a package produces, its check reasons).
+//
+// Axes with a closed vocabulary are typed, so a misspelt profile does not
+// compile; Validate catches a value converted from an arbitrary string.
+// Prose is free text (Markdown inline code allowed, no line breaks).
+type Profile struct {
+	// Types are the provider type names the profile covers (the registry's
+	// keys): one, or kvm and kvm2 for the one libvirt implementation.
+	Types []string
+
+	Readiness          Choice[Readiness]
+	CreateReturn       Choice[CreateReturn]
+	DeleteReturn       Choice[DeleteReturn]
+	IPSource           Choice[IPSource]
+	GCMark             Choice[GCMark]
+	CreatedAt          Choice[CreatedAt]
+	ListPartial        Choice[ListPartial]
+	Quota              Choice[Quota]
+	NotFound           Choice[NotFound]
+	PrimaryKey         Choice[PrimaryKey]
+	ProvisioningState  Choice[ProvisioningState]
+	AsyncOps           Choice[AsyncOps]
+	SecondaryResources Choice[SecondaryResources]
+	Credentials        Choice[Credentials]
+	ClientKind         Choice[ClientKind]
+	Timeouts           Choice[Timeouts]
+	Logging            Choice[Logging]
+	ChildSpans         Choice[ChildSpans]
+	// BackendTest is the contract's backend-test axis: how the provider is
+	// tested against its real backend on this machine (prose; "none" when
+	// it is not).
+	BackendTest string
+
+	// Placement says what each CreateRequest.Placement field means here.
+	Placement PlacementUse
+	// CloudInit is how CreateRequest.CloudInit (or the generated Squid
+	// cloud-config) reaches the instance.
+	CloudInit Choice[CloudInitDelivery]
+	// Port is how CreateRequest.Port (the Proxy's spec.port) is used.
+	Port string
+	// States are the states Get and Create can report, in the contract's
+	// order (Provisioning, Running, Stopped, Terminated).
+	States []State
+	// Check describes the optional Checker.
+	Check CheckUse
+	// CredentialRotation is what happens when the credentials change.
+	CredentialRotation string
+	// TestedAgainst lists what the package's tests run the provider
+	// against (doubles and real backends).
+	TestedAgainst string
+}
+
+// Choice is a provider's pick on one axis: one or more values from the
+// axis's vocabulary (several when parts of the provider differ, as a cloud
+// whose instances carry labels and whose firewall rules carry a written
+// mark), and optional prose saying what it means for this provider.
+type Choice[V ~string] struct {
+	Values []V
+	Detail string
+}
+
+// Is picks values on an axis; Note adds the prose.
+func Is[V ~string](v V, more ...V) Choice[V] {
+	return Choice[V]{Values: append([]V{v}, more...)}
+}
+
+// Note returns the choice with its prose set.
+func (c Choice[V]) Note(detail string) Choice[V] {
+	c.Detail = detail
+	return c
+}
+
+// strings returns the choice's values as strings.
+func (c Choice[V]) strings() []string {
+	out := make([]string, len(c.Values))
+	for i, v := range c.Values {
+		out[i] = string(v)
+	}
+	return out
+}
+
+// PlacementUse is what each placement field means for a provider ("not
+// used" when it ignores one, "refused" when it rejects any value).
+type PlacementUse struct {
+	Zone, Region, MachineType, Image string
+}
+
+// CheckUse describes a provider's health check.
+type CheckUse struct {
+	// Implemented says the provider implements Checker.
+	Implemented bool
+	// Probes is what one Check reads (prose).
+	Probes string
+	// Reasons are the CheckResult reasons it can give, Healthy first.
+	Reasons []string
+}
+
+// The axes' vocabularies (docs/provider-contract.md section 3).
+type (
+	Readiness          string
+	CreateReturn       string
+	DeleteReturn       string
+	IPSource           string
+	GCMark             string
+	CreatedAt          string
+	ListPartial        string
+	Quota              string
+	NotFound           string
+	PrimaryKey         string
+	ProvisioningState  string
+	AsyncOps           string
+	SecondaryResources string
+	Credentials        string
+	ClientKind         string
+	Timeouts           string
+	Logging            string
+	ChildSpans         string
+	CloudInitDelivery  string
+)
+
+const (
+	ReadinessImmediate          Readiness = "immediate"
+	ReadinessProvisioningWindow Readiness = "provisioning-window"
+
+	CreateReturnSubmit     CreateReturn = "submit"
+	CreateReturnBackground CreateReturn = "background"
+	CreateReturnBlocking   CreateReturn = "blocking"
+
+	DeleteReturnReturnsEarly DeleteReturn = "returns-early"
+	DeleteReturnWaits        DeleteReturn = "waits"
+
+	IPSourceAssignedAtCreate IPSource = "assigned-at-create"
+	IPSourceDiscovered       IPSource = "discovered"
+
+	GCMarkNativeLabels    GCMark = "native-labels"
+	GCMarkWrittenMetadata GCMark = "written-metadata"
+
+	CreatedAtBackendTimestamp CreatedAt = "backend-timestamp"
+	CreatedAtWrittenAtCreate  CreatedAt = "written-at-create"
+
+	ListPartialFailWhole       ListPartial = "fail-whole"
+	ListPartialOmitUnreachable ListPartial = "omit-unreachable"
+	// ListPartialNotApplicable is for a provider whose listing has no
+	// parts that can fail apart (an in-process table).
+	ListPartialNotApplicable ListPartial = "n/a"
+
+	QuotaDetected Quota = "detected"
+	QuotaAbsent   Quota = "absent"
+
+	NotFoundStatus404   NotFound = "status-404"
+	NotFoundErrorCode   NotFound = "error-code"
+	NotFoundListAndMiss NotFound = "list-and-miss"
+
+	PrimaryKeyNameIsKey   PrimaryKey = "name-is-key"
+	PrimaryKeyAllocatedID PrimaryKey = "allocated-id"
+
+	ProvisioningStateNative       ProvisioningState = "native"
+	ProvisioningStateCreateBlocks ProvisioningState = "create-blocks"
+
+	AsyncOpsNone       AsyncOps = "none"
+	AsyncOpsTaskHandle AsyncOps = "task-handle"
+
+	SecondaryResourcesNone     SecondaryResources = "none"
+	SecondaryResourcesCascade  SecondaryResources = "cascade"
+	SecondaryResourcesExplicit SecondaryResources = "explicit"
+
+	CredentialsWorkloadIdentity Credentials = "workload-identity"
+	CredentialsEnvironment      Credentials = "environment"
+	CredentialsMountedFiles     Credentials = "mounted-files"
+	// CredentialsNone is for a provider that needs none (in-process).
+	CredentialsNone Credentials = "none"
+
+	ClientKindVendorSDK  ClientKind = "vendor-sdk"
+	ClientKindRPCOverSSH ClientKind = "rpc-over-ssh"
+	ClientKindThinClient ClientKind = "thin-client"
+	ClientKindInProcess  ClientKind = "in-process"
+
+	TimeoutsCtxOnly Timeouts = "ctx-only"
+	TimeoutsPerCall Timeouts = "per-call"
+
+	LoggingTiered Logging = "tiered"
+
+	ChildSpansTransportWrapper   ChildSpans = "transport-wrapper"
+	ChildSpansSDKInstrumentation ChildSpans = "sdk-instrumentation"
+	ChildSpansSpanDecorator      ChildSpans = "span-decorator"
+	// ChildSpansNone is for a provider that makes no backend calls.
+	ChildSpansNone ChildSpans = "none"
+
+	// CloudInitIgnored: the instance runs no cloud-init; the user-data
+	// is never read.
+	CloudInitIgnored CloudInitDelivery = "ignored"
+	// CloudInitNoCloudSeed: a NoCloud seed ISO (internal/provider/nocloud)
+	// attached to the VM as a CD-ROM.
+	CloudInitNoCloudSeed CloudInitDelivery = "nocloud-seed-iso"
+	// CloudInitInstanceMetadata: the backend's instance metadata
+	// (`user-data` key), read by the guest's cloud-init datasource.
+	CloudInitInstanceMetadata CloudInitDelivery = "instance-metadata"
+)
+
+// vocabulary lists every value of every axis, for Validate and for the
+// generated page's legend. The order is the contract's.
+var vocabulary = map[string][]string{
+	"readiness":           {string(ReadinessImmediate), string(ReadinessProvisioningWindow)},
+	"create-return":       {string(CreateReturnSubmit), string(CreateReturnBackground), string(CreateReturnBlocking)},
+	"delete-return":       {string(DeleteReturnReturnsEarly), string(DeleteReturnWaits)},
+	"ip-source":           {string(IPSourceAssignedAtCreate), string(IPSourceDiscovered)},
+	"gc-mark":             {string(GCMarkNativeLabels), string(GCMarkWrittenMetadata)},
+	"created-at":          {string(CreatedAtBackendTimestamp), string(CreatedAtWrittenAtCreate)},
+	"list-partial":        {string(ListPartialFailWhole), string(ListPartialOmitUnreachable), string(ListPartialNotApplicable)},
+	"quota":               {string(QuotaDetected), string(QuotaAbsent)},
+	"not-found":           {string(NotFoundStatus404), string(NotFoundErrorCode), string(NotFoundListAndMiss)},
+	"primary-key":         {string(PrimaryKeyNameIsKey), string(PrimaryKeyAllocatedID)},
+	"provisioning-state":  {string(ProvisioningStateNative), string(ProvisioningStateCreateBlocks)},
+	"async-ops":           {string(AsyncOpsNone), string(AsyncOpsTaskHandle)},
+	"secondary-resources": {string(SecondaryResourcesNone), string(SecondaryResourcesCascade), string(SecondaryResourcesExplicit)},
+	"credentials":         {string(CredentialsWorkloadIdentity), string(CredentialsEnvironment), string(CredentialsMountedFiles), string(CredentialsNone)},
+	"client-kind":         {string(ClientKindVendorSDK), string(ClientKindRPCOverSSH), string(ClientKindThinClient), string(ClientKindInProcess)},
+	"timeouts":            {string(TimeoutsCtxOnly), string(TimeoutsPerCall)},
+	"logging":             {string(LoggingTiered)},
+	"child-spans":         {string(ChildSpansTransportWrapper), string(ChildSpansSDKInstrumentation), string(ChildSpansSpanDecorator), string(ChildSpansNone)},
+	"cloud-init":          {string(CloudInitIgnored), string(CloudInitNoCloudSeed), string(CloudInitInstanceMetadata)},
+}
+
+// Vocabulary returns the values an axis (a row name of Rows) allows, nil
+// for a prose row.
+func Vocabulary(axis string) []string { return append([]string(nil), vocabulary[axis]...) }
+
+// ProfileRow is one row of the providers page for one provider: Values
+// from the axis's vocabulary (none for a prose row), Detail the prose.
+type ProfileRow struct {
+	// Name is the row's name: the contract's axis name, or the compared
+	// row's (`placement.zone`, `states`, ...).
+	Name string
+	// Axis says the row is a contract axis (section 3), not a compared row.
+	Axis   bool
+	Values []string
+	Detail string
+}
+
+// Rows returns the profile as the page's rows, in the page's order: the
+// contract's axes, then the compared rows.
+func (p Profile) Rows() []ProfileRow {
+	axis := func(name string, values []string, detail string) ProfileRow {
+		return ProfileRow{Name: name, Axis: true, Values: values, Detail: detail}
+	}
+	prose := func(name, detail string) ProfileRow { return ProfileRow{Name: name, Detail: detail} }
+	states := make([]string, len(p.States))
+	for i, s := range p.States {
+		states[i] = string(s)
+	}
+	checker := "not implemented"
+	if p.Check.Implemented {
+		checker = p.Check.Probes
+	}
+	return []ProfileRow{
+		axis("readiness", p.Readiness.strings(), p.Readiness.Detail),
+		axis("create-return", p.CreateReturn.strings(), p.CreateReturn.Detail),
+		axis("delete-return", p.DeleteReturn.strings(), p.DeleteReturn.Detail),
+		axis("ip-source", p.IPSource.strings(), p.IPSource.Detail),
+		axis("gc-mark", p.GCMark.strings(), p.GCMark.Detail),
+		axis("created-at", p.CreatedAt.strings(), p.CreatedAt.Detail),
+		axis("list-partial", p.ListPartial.strings(), p.ListPartial.Detail),
+		axis("quota", p.Quota.strings(), p.Quota.Detail),
+		axis("not-found", p.NotFound.strings(), p.NotFound.Detail),
+		axis("primary-key", p.PrimaryKey.strings(), p.PrimaryKey.Detail),
+		axis("provisioning-state", p.ProvisioningState.strings(), p.ProvisioningState.Detail),
+		axis("async-ops", p.AsyncOps.strings(), p.AsyncOps.Detail),
+		axis("secondary-resources", p.SecondaryResources.strings(), p.SecondaryResources.Detail),
+		axis("credentials", p.Credentials.strings(), p.Credentials.Detail),
+		axis("client-kind", p.ClientKind.strings(), p.ClientKind.Detail),
+		axis("timeouts", p.Timeouts.strings(), p.Timeouts.Detail),
+		axis("logging", p.Logging.strings(), p.Logging.Detail),
+		axis("child-spans", p.ChildSpans.strings(), p.ChildSpans.Detail),
+		axis("backend-test", nil, p.BackendTest),
+		prose("placement.zone", p.Placement.Zone),
+		prose("placement.region", p.Placement.Region),
+		prose("placement.machineType", p.Placement.MachineType),
+		prose("placement.image", p.Placement.Image),
+		{Name: "cloud-init", Values: p.CloudInit.strings(), Detail: p.CloudInit.Detail},
+		prose("port", p.Port),
+		{Name: "states", Values: states},
+		prose("health check", checker),
+		{Name: "check reasons", Values: p.Check.Reasons},
+		prose("credential rotation", p.CredentialRotation),
+		prose("tested against", p.TestedAgainst),
+	}
+}
+
+// Validate reports what is wrong with a profile: no type, an axis with no
+// value, a repeated value or one outside its vocabulary, an empty prose
+// row, a state outside the contract's, check reasons without Healthy
+// first, a line break in any text (it would break the page's table).
+func (p Profile) Validate() error {
+	var problems []string
+	if len(p.Types) == 0 {
+		problems = append(problems, "no provider type")
+	}
+	for _, r := range p.Rows() {
+		if strings.ContainsAny(r.Detail, "\r\n") {
+			problems = append(problems, r.Name+": a line break in the prose")
+		}
+		allowed, typed := vocabulary[r.Name]
+		switch {
+		case typed:
+			if len(r.Values) == 0 {
+				problems = append(problems, r.Name+": no value")
+			}
+			seen := map[string]bool{}
+			for _, v := range r.Values {
+				if !slices.Contains(allowed, v) {
+					problems = append(problems, fmt.Sprintf("%s: %q is not one of %s", r.Name, v, strings.Join(allowed, ", ")))
+				}
+				if seen[v] {
+					problems = append(problems, fmt.Sprintf("%s: %q twice", r.Name, v))
+				}
+				seen[v] = true
+			}
+		case r.Name == "states" || r.Name == "check reasons":
+		case r.Detail == "":
+			problems = append(problems, r.Name+": no text")
+		}
+	}
+	if len(p.States) == 0 {
+		problems = append(problems, "states: none")
+	}
+	order := []State{StateProvisioning, StateRunning, StateStopped, StateTerminated}
+	last := -1
+	for _, s := range p.States {
+		i := slices.Index(order, s)
+		switch {
+		case i < 0:
+			problems = append(problems, fmt.Sprintf("states: %q is not a contract state", s))
+		case i <= last:
+			problems = append(problems, fmt.Sprintf("states: %q out of the contract's order, or twice", s))
+		default:
+			last = i
+		}
+	}
+	if p.Check.Implemented != (len(p.Check.Reasons) > 0) {
+		problems = append(problems, "check reasons: given exactly when a Checker is implemented")
+	}
+	if len(p.Check.Reasons) > 0 && p.Check.Reasons[0] != ReasonHealthy {
+		problems = append(problems, "check reasons: Healthy first")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("profile %s: %s", strings.Join(p.Types, "/"), strings.Join(problems, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package provider
+
+import (
+	"strings"
+	"testing"
+)
+
+// validProfile is a profile with every row filled in.
+func validProfile() Profile {
+	return Profile{
+		Types:              []string{"example"},
+		Readiness:          Is(ReadinessImmediate),
+		CreateReturn:       Is(CreateReturnSubmit),
+		DeleteReturn:       Is(DeleteReturnWaits),
+		IPSource:           Is(IPSourceDiscovered),
+		GCMark:             Is(GCMarkNativeLabels, GCMarkWrittenMetadata).Note("labels and a description"),
+		CreatedAt:          Is(CreatedAtBackendTimestamp),
+		ListPartial:        Is(ListPartialFailWhole),
+		Quota:              Is(QuotaAbsent),
+		NotFound:           Is(NotFoundStatus404),
+		PrimaryKey:         Is(PrimaryKeyNameIsKey),
+		ProvisioningState:  Is(ProvisioningStateNative),
+		AsyncOps:           Is(AsyncOpsNone),
+		SecondaryResources: Is(SecondaryResourcesNone),
+		Credentials:        Is(CredentialsNone),
+		ClientKind:         Is(ClientKindInProcess),
+		Timeouts:           Is(TimeoutsCtxOnly),
+		Logging:            Is(LoggingTiered),
+		ChildSpans:         Is(ChildSpansNone),
+		BackendTest:        "itself",
+		Placement:          PlacementUse{Zone: "not used", Region: "not used", MachineType: "not used", Image: "not used"},
+		CloudInit:          Is(CloudInitIgnored),
+		Port:               "the listener's",
+		States:             []State{StateRunning, StateStopped},
+		Check:              CheckUse{Implemented: true, Probes: "a dial", Reasons: []string{ReasonHealthy, ReasonTimeout}},
+		CredentialRotation: "n/a",
+		TestedAgainst:      "itself",
+	}
+}
+
+func TestProfileValidate(t *testing.T) {
+	if err := validProfile().Validate(); err != nil {
+		t.Fatalf("valid profile: %v", err)
+	}
+	cases := []struct {
+		name   string
+		change func(*Profile)
+		want   string
+	}{
+		{"no type", func(p *Profile) { p.Types = nil }, "no provider type"},
+		{"axis without a value", func(p *Profile) { p.Quota = Choice[Quota]{} }, "quota: no value"},
+		{"value outside the vocabulary", func(p *Profile) { p.Readiness = Is(Readiness("immediat")) }, `readiness: "immediat" is not one of immediate, provisioning-window`},
+		{"value twice", func(p *Profile) { p.GCMark = Is(GCMarkNativeLabels, GCMarkNativeLabels) }, `gc-mark: "native-labels" twice`},
+		{"empty prose", func(p *Profile) { p.Port = "" }, "port: no text"},
+		{"empty placement field", func(p *Profile) { p.Placement.Image = "" }, "placement.image: no text"},
+		{"line break", func(p *Profile) { p.CreateReturn = p.CreateReturn.Note("one\ntwo") }, "create-return: a line break"},
+		{"no state", func(p *Profile) { p.States = nil }, "states: none"},
+		{"unknown state", func(p *Profile) { p.States = []State{"Booting"} }, `states: "Booting" is not a contract state`},
+		{"states out of order", func(p *Profile) { p.States = []State{StateStopped, StateRunning} }, `states: "Running" out of the contract's order`},
+		{"reasons without a checker", func(p *Profile) { p.Check.Implemented = false }, "given exactly when a Checker is implemented"},
+		{"Healthy not first", func(p *Profile) { p.Check.Reasons = []string{ReasonTimeout, ReasonHealthy} }, "Healthy first"},
+		{"no health-check prose", func(p *Profile) { p.Check.Probes = "" }, "health check: no text"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := validProfile()
+			c.change(&p)
+			err := p.Validate()
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Validate() = %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestProfileRowsFollowTheContract pins the page's row order to the
+// contract's axes, then the compared rows, and every typed row to its
+// vocabulary.
+func TestProfileRowsFollowTheContract(t *testing.T) {
+	var names []string
+	for _, r := range validProfile().Rows() {
+		names = append(names, r.Name)
+		if _, typed := vocabulary[r.Name]; typed && !r.Axis && r.Name != "cloud-init" {
+			t.Errorf("row %s has a vocabulary but is neither an axis nor cloud-init", r.Name)
+		}
+	}
+	want := "readiness create-return delete-return ip-source gc-mark created-at list-partial quota not-found " +
+		"primary-key provisioning-state async-ops secondary-resources credentials client-kind timeouts logging " +
+		"child-spans backend-test placement.zone placement.region placement.machineType placement.image " +
+		"cloud-init port states health check check reasons credential rotation tested against"
+	if got := strings.Join(names, " "); got != want {
+		t.Errorf("rows:\n got %s\nwant %s", got, want)
+	}
+}
