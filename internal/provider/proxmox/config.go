@@ -1,7 +1,9 @@
 package proxmox
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"regexp"
 	"time"
@@ -9,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
 
 // Type is the provider type name.
@@ -17,6 +21,32 @@ const Type = "proxmox"
 // PollInterval is how often the reconciler polls Get: clones take tens of
 // seconds.
 const PollInterval = 5 * time.Second
+
+// The defaults, all in one place (Config.Default applies them).
+const (
+	// DefaultVMIDMin and DefaultVMIDMax bound the VMIDs the operator
+	// allocates: away from PVE's own next-free search, which starts at 100.
+	DefaultVMIDMin = 20000
+	DefaultVMIDMax = 29999
+	// DefaultRequestTimeoutSeconds bounds one API request.
+	DefaultRequestTimeoutSeconds = 30
+	// DefaultMachineTypeName is the catalogue used when the config has
+	// none, sized DefaultMachineType.
+	DefaultMachineTypeName = "small"
+)
+
+// DefaultMachineType is the size of DefaultMachineTypeName.
+var DefaultMachineType = MachineType{Cores: 1, MemoryMB: 1024}
+
+// Template is a templates catalogue entry: the template's VMID and the
+// distribution family its image is (debian, rhel), which the generated
+// Squid cloud-config depends on. In the config an entry is either the VMID
+// alone (`debian-12: 9000`, family debian) or a mapping
+// (`rocky-9: {vmid: 9001, family: rhel}`).
+type Template struct {
+	VMID   int    `json:"vmid"`
+	Family string `json:"family,omitempty"`
+}
 
 // MachineType is a catalogue entry: cores and memory (MiB).
 type MachineType struct {
@@ -35,8 +65,8 @@ type Config struct {
 	CAFile                string   `json:"caFile,omitempty"`
 	InsecureSkipTLSVerify bool     `json:"insecureSkipTLSVerify,omitempty"`
 	Nodes                 []string `json:"nodes"`
-	// Templates maps an image name (Placement.Image) to a template VMID.
-	Templates       map[string]int         `json:"templates"`
+	// Templates maps an image name (Placement.Image) to a template.
+	Templates       map[string]Template    `json:"templates"`
 	DefaultTemplate string                 `json:"defaultTemplate,omitempty"`
 	MachineTypes    map[string]MachineType `json:"machineTypes,omitempty"`
 	DefaultMachine  string                 `json:"defaultMachineType,omitempty"`
@@ -52,36 +82,82 @@ type Config struct {
 	// template's storage to support them.
 	FullClone             bool `json:"fullClone,omitempty"`
 	RequestTimeoutSeconds int  `json:"requestTimeoutSeconds,omitempty"`
+	// Settings are the destination policy's keys, allowedDestinations and
+	// connectPorts, beside the type's own (the generated Squid config).
+	egress.Settings
 }
 
-// Parse decodes, defaults and validates a type block.
+// Parse decodes, defaults and validates a type block. A templates entry
+// written as a bare VMID is read as {vmid: <n>} first, so both forms get
+// the same strict, path-qualified checks.
 func Parse(raw json.RawMessage, path *field.Path) (Config, field.ErrorList) {
-	return config.Decode[Config](raw, path)
+	return config.Decode[Config](expandTemplates(raw), path)
+}
+
+// expandTemplates rewrites `templates: {k: <number>}` entries into
+// `{k: {vmid: <number>}}`; anything else is left for the strict decode to
+// judge.
+func expandTemplates(raw json.RawMessage) json.RawMessage {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(raw, &top) != nil || top["templates"] == nil {
+		return raw
+	}
+	var tpls map[string]json.RawMessage
+	if json.Unmarshal(top["templates"], &tpls) != nil {
+		return raw
+	}
+	changed := false
+	for k, v := range tpls {
+		if n := bytes.TrimSpace(v); len(n) > 0 && (n[0] == '-' || (n[0] >= '0' && n[0] <= '9')) {
+			tpls[k] = json.RawMessage(fmt.Sprintf(`{"vmid":%s}`, n))
+			changed = true
+		}
+	}
+	if !changed {
+		return raw
+	}
+	b, err := json.Marshal(tpls)
+	if err != nil {
+		return raw
+	}
+	top["templates"] = b
+	out, err := json.Marshal(top)
+	if err != nil {
+		return raw
+	}
+	return out
 }
 
 // Default fills the unset fields: the defaults live here only.
 func (c *Config) Default() {
 	if c.VMIDMin == 0 {
-		c.VMIDMin = 20000
+		c.VMIDMin = DefaultVMIDMin
 	}
 	if c.VMIDMax == 0 {
-		c.VMIDMax = 29999
+		c.VMIDMax = DefaultVMIDMax
 	}
 	if c.RequestTimeoutSeconds == 0 {
-		c.RequestTimeoutSeconds = 30
+		c.RequestTimeoutSeconds = DefaultRequestTimeoutSeconds
 	}
 	if len(c.MachineTypes) == 0 {
-		c.MachineTypes = map[string]MachineType{"small": {Cores: 1, MemoryMB: 1024}}
+		c.MachineTypes = map[string]MachineType{DefaultMachineTypeName: DefaultMachineType}
 	}
-	if c.DefaultMachine == "" && len(c.MachineTypes) == 1 {
-		for k := range c.MachineTypes {
-			c.DefaultMachine = k
-		}
+	if c.DefaultMachine == "" {
+		c.DefaultMachine = config.OnlyKey(c.MachineTypes)
 	}
-	if c.DefaultTemplate == "" && len(c.Templates) == 1 {
-		for k := range c.Templates {
-			c.DefaultTemplate = k
+	if c.DefaultTemplate == "" {
+		c.DefaultTemplate = config.OnlyKey(c.Templates)
+	}
+	if len(c.Templates) > 0 {
+		// A copy: the caller's map is not written.
+		tpls := make(map[string]Template, len(c.Templates))
+		for k, t := range c.Templates {
+			if t.Family == "" {
+				t.Family = string(squid.FamilyDebian)
+			}
+			tpls[k] = t
 		}
+		c.Templates = tpls
 	}
 }
 
@@ -100,10 +176,15 @@ func (c *Config) Validate(p *field.Path) field.ErrorList {
 	if len(c.Nodes) == 0 {
 		errs = append(errs, field.Required(p.Child("nodes"), "at least one node"))
 	}
+	seen := map[string]bool{}
 	for i, n := range c.Nodes {
-		if !idPattern.MatchString(n) {
+		switch {
+		case !idPattern.MatchString(n):
 			errs = append(errs, field.Invalid(p.Child("nodes").Index(i), n, "not a node name"))
+		case seen[n]:
+			errs = append(errs, field.Duplicate(p.Child("nodes").Index(i), n))
 		}
+		seen[n] = true
 	}
 	if c.ISOStorage == "" {
 		errs = append(errs, field.Required(p.Child("isoStorage"), "the storage that receives seed ISOs (needs iso content)"))
@@ -113,9 +194,14 @@ func (c *Config) Validate(p *field.Path) field.ErrorList {
 	if len(c.Templates) == 0 {
 		errs = append(errs, field.Required(p.Child("templates"), "at least one template VMID"))
 	}
-	for k, v := range c.Templates {
-		if v < 100 || v > 999999999 {
-			errs = append(errs, field.Invalid(p.Child("templates").Key(k), v, "not a VMID"))
+	for _, k := range config.SortedKeys(c.Templates) {
+		t := c.Templates[k]
+		tp := p.Child("templates").Key(k)
+		if t.VMID < 100 || t.VMID > 999999999 {
+			errs = append(errs, field.Invalid(tp.Child("vmid"), t.VMID, "not a VMID (100-999999999)"))
+		}
+		if _, err := squid.ParseFamily(t.Family); err != nil {
+			errs = append(errs, field.Invalid(tp.Child("family"), t.Family, err.Error()))
 		}
 	}
 	if c.DefaultTemplate != "" {
@@ -123,9 +209,15 @@ func (c *Config) Validate(p *field.Path) field.ErrorList {
 			errs = append(errs, field.NotFound(p.Child("defaultTemplate"), c.DefaultTemplate))
 		}
 	}
-	for k, m := range c.MachineTypes {
+	for _, k := range config.SortedKeys(c.MachineTypes) {
+		m := c.MachineTypes[k]
 		if m.Cores < 1 || m.MemoryMB < 64 {
 			errs = append(errs, field.Invalid(p.Child("machineTypes").Key(k), m, "cores >= 1 and memoryMB >= 64"))
+		}
+	}
+	if c.DefaultMachine != "" {
+		if _, ok := c.MachineTypes[c.DefaultMachine]; !ok {
+			errs = append(errs, field.NotFound(p.Child("defaultMachineType"), c.DefaultMachine))
 		}
 	}
 	if c.VMIDMin < 100 || c.VMIDMax > 999999999 || c.VMIDMin > c.VMIDMax {
@@ -140,5 +232,12 @@ func (c *Config) Validate(p *field.Path) field.ErrorList {
 	if c.RequestTimeoutSeconds < 1 {
 		errs = append(errs, field.Invalid(p.Child("requestTimeoutSeconds"), c.RequestTimeoutSeconds, "must be positive"))
 	}
+	errs = append(errs, c.Settings.Validate(p)...)
 	return errs
+}
+
+// family is the template's distribution family (Validate proved it).
+func (t Template) family() squid.Family {
+	f, _ := squid.ParseFamily(t.Family)
+	return f
 }

@@ -51,7 +51,18 @@ var (
 	_ providertest.Backend   = (*fakeBackend)(nil)
 	_ providertest.Inspector = (*fakeBackend)(nil)
 	_ providertest.Stopper   = (*fakeBackend)(nil)
+
+	_ providertest.SecondaryPlanter = (*fakeBackend)(nil)
 )
+
+// PlantSecondary puts a seed ISO of the instance named instance with marks
+// on the first node's isoStorage, as an upload left behind would be.
+func (b *fakeBackend) PlantSecondary(t *testing.T, instance string, marks provider.Marks) {
+	t.Helper()
+	file := seedName(instance, marks.Installation, marks.UID)
+	must(t, b.env.fake.PutVolume(fakepve.Volume{Node: b.env.cfg.Nodes[0], Storage: b.env.cfg.ISOStorage, Name: "iso/" + file,
+		Data: []byte("planted seed of " + instance)}))
+}
 
 // syncFault is PVE's answer the provider must classify as class, with the
 // captured texts.

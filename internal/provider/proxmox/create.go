@@ -10,6 +10,7 @@ import (
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/nocloud"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
 
 // Create resolves the VMID (one /cluster/resources read) and starts the
@@ -29,9 +30,13 @@ type plan struct {
 	node     string
 	template int
 	machine  MachineType
+	// userData is the seed's user-data: the Proxy's cloud-init as given,
+	// else the generated Squid cloud-config for the template's family.
+	userData provider.Sensitive
 }
 
 func (p *Provider) plan(req provider.CreateRequest) (plan, error) {
+	var err error
 	pl := plan{node: req.Placement.Zone}
 	if pl.node == "" {
 		pl.node = p.cfg.Nodes[0]
@@ -46,7 +51,10 @@ func (p *Provider) plan(req provider.CreateRequest) (plan, error) {
 	if !ok {
 		return pl, provider.Errorf(provider.ErrPermanent, "image %q is not in the templates catalogue", img)
 	}
-	pl.template = tpl
+	pl.template = tpl.VMID
+	if pl.userData, err = squid.UserData(req, p.dest, tpl.family()); err != nil {
+		return pl, err
+	}
 	mt := req.Placement.MachineType
 	if mt == "" {
 		mt = p.cfg.DefaultMachine
@@ -174,13 +182,13 @@ func (p *Provider) allocate(ctx context.Context, rs []resource, req provider.Cre
 		}
 		return r.VMID, true, nil
 	}
-	for i := 0; i < 64; i++ {
+	for i := 0; i < maxProbes; i++ {
 		v := p.vmidFor(req.UID, i)
 		if !taken[v] {
 			return v, false, nil
 		}
 	}
-	return 0, false, provider.Errorf(provider.ErrQuotaExceeded, "no free VMID in [%d, %d] after 64 probes", p.cfg.VMIDMin, p.cfg.VMIDMax)
+	return 0, false, provider.Errorf(provider.ErrQuotaExceeded, "no free VMID in [%d, %d] after %d probes", p.cfg.VMIDMin, p.cfg.VMIDMax, maxProbes)
 }
 
 // provision is the create step: each part ensures, so a rerun after a
@@ -218,12 +226,12 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 		return nil
 	}
 	progress("uploading seed ISO")
-	iso, err := nocloud.Build(nocloud.Seed{InstanceID: req.Name, LocalHostname: req.Name, UserData: req.CloudInit,
+	iso, err := nocloud.Build(nocloud.Seed{InstanceID: req.Name, LocalHostname: req.Name, UserData: pl.userData,
 		VendorData: nocloud.GuestAgentVendorData})
 	if err != nil {
 		return err
 	}
-	upid, err := p.api.upload(ctx, node, p.cfg.ISOStorage, seedName(req.Name), iso)
+	upid, err := p.api.upload(ctx, node, p.cfg.ISOStorage, seedName(req.Name, p.opts.InstallationID, req.UID), iso)
 	if err != nil {
 		return err
 	}
@@ -234,7 +242,7 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 	params := url.Values{
 		"cores": {strconv.Itoa(pl.machine.Cores)}, "memory": {strconv.Itoa(pl.machine.MemoryMB)},
 		"agent": {"1"},
-		"ide2":  {p.cfg.ISOStorage + ":iso/" + seedName(req.Name) + ",media=cdrom"},
+		"ide2":  {p.cfg.ISOStorage + ":iso/" + seedName(req.Name, p.opts.InstallationID, req.UID) + ",media=cdrom"},
 	}
 	if p.cfg.Bridge != "" {
 		n := "virtio,bridge=" + p.cfg.Bridge

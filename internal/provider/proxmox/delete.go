@@ -101,19 +101,3 @@ func (p *Provider) destroy(ctx context.Context, vmid int, name string, progress 
 	}
 	return nil
 }
-
-// deleteSeeds removes the seed ISO on every configured node (a VM may have
-// migrated away from the node its seed was uploaded to).
-func (p *Provider) deleteSeeds(ctx context.Context, name string) error {
-	for _, node := range p.cfg.Nodes {
-		vol := p.cfg.ISOStorage + ":iso/" + seedName(name)
-		upid, err := p.api.upid(ctx, http.MethodDelete, "/nodes/"+node+"/storage/"+p.cfg.ISOStorage+"/content/"+vol, nil)
-		if err != nil && !errors.Is(err, provider.ErrNotFound) {
-			return err
-		}
-		if err := p.wait(ctx, node, upid, "seed delete", func(string) {}); err != nil && !errors.Is(err, provider.ErrNotFound) {
-			return err
-		}
-	}
-	return nil
-}

@@ -3,6 +3,7 @@ package proxmox
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -22,15 +23,15 @@ type env struct {
 	dir  string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, opts ...fakepve.Option) *env {
 	t.Helper()
-	fake := fakepve.New().Start()
+	fake := fakepve.New(opts...).Start()
 	t.Cleanup(fake.Close)
 	dir := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(dir, "token"), []byte(fake.Token()+"\n"), 0o600))
 	must(t, os.WriteFile(filepath.Join(dir, "ca.pem"), fake.CACertPEM(), 0o600))
 	cfg := Config{URL: fake.URL(), TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.pem"),
-		Nodes: []string{"pve1"}, Templates: map[string]int{"debian-12": 9000}, ISOStorage: "local"}
+		Nodes: []string{"pve1"}, Templates: map[string]Template{"debian-12": {VMID: 9000}}, ISOStorage: "local"}
 	e := &env{fake: fake, cfg: cfg, dir: dir}
 	e.p = e.newProvider(t, testInstallation)
 	return e
@@ -72,4 +73,13 @@ func waitRunning(t *testing.T, p *Provider, id string) provider.Instance {
 		return nil
 	})
 	return in
+}
+
+func httpRequest(method, url, token string) (*http.Request, error) {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", token)
+	return req, nil
 }

@@ -52,7 +52,7 @@ func TestLifecycleOverFake(t *testing.T) {
 	if l, err := other.ListByTag(ctx); err != nil || len(l) != 0 {
 		t.Fatalf("other installation lists %+v, %v", l, err)
 	}
-	if vols := e.fake.Volumes("pve1", "local"); !hasVolume(vols, "proxy-a-seed.iso") {
+	if vols := e.fake.Volumes("pve1", "local"); !hasVolume(vols, seedName("proxy-a", testInstallation, "11111111-2222-3333-4444-555555555555")) {
 		t.Fatalf("seed ISO not uploaded: %+v", vols)
 	}
 	must(t, e.p.Delete(ctx, in.ID))
@@ -72,7 +72,7 @@ func TestLifecycleOverFake(t *testing.T) {
 	if _, ok := e.fake.VM(vmid); ok {
 		t.Fatalf("VM %d still exists", vmid)
 	}
-	if vols := e.fake.Volumes("pve1", "local"); hasVolume(vols, "proxy-a-seed.iso") {
+	if vols := e.fake.Volumes("pve1", "local"); hasVolume(vols, seedName("proxy-a", testInstallation, "11111111-2222-3333-4444-555555555555")) {
 		t.Fatalf("seed ISO left behind: %+v", vols)
 	}
 	must(t, e.p.Delete(ctx, in.ID)) // gone is done
