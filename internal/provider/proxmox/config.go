@@ -171,7 +171,11 @@ func (c *Config) Validate(p *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("url"), c.URL, "must be an https URL such as https://pve:8006/api2/json"))
 	}
 	if c.TokenFile == "" {
-		errs = append(errs, field.Required(p.Child("tokenFile"), ""))
+		errs = append(errs, field.Required(p.Child("tokenFile"), "the mounted API token file (user@realm!id=secret)"))
+	}
+	if c.InsecureSkipTLSVerify && c.CAFile != "" {
+		errs = append(errs, field.Invalid(p.Child("insecureSkipTLSVerify"), true,
+			"conflicts with caFile: either verify pveproxy's certificate against the CA or (in a lab only) skip verification"))
 	}
 	if len(c.Nodes) == 0 {
 		errs = append(errs, field.Required(p.Child("nodes"), "at least one node"))

@@ -81,6 +81,8 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 	if err != nil {
 		return provider.Instance{}, err
 	}
+	logger(ctx).V(2).Info("proxmox create planned", "name", req.Name, "node", pl.node, "template", pl.template,
+		"cores", pl.machine.Cores, "memoryMB", pl.machine.MemoryMB, "userDataBytes", len(pl.userData.Reveal()), "generatedUserData", req.CloudInit == "")
 	unlock, err := p.names.Lock(ctx, req.Name)
 	if err != nil {
 		return provider.Instance{}, provider.Errorf(provider.ErrTransient, "waiting for another call on %s: %w", req.Name, err)

@@ -22,7 +22,11 @@ func (p *Provider) wait(ctx context.Context, node, upid, what string, progress f
 			return err
 		}
 		if ts.Status == "stopped" {
-			return classifyTask(what, ts.ExitStatus)
+			err := classifyTask(what, ts.ExitStatus)
+			if err != nil {
+				logger(ctx).V(1).Info(taskFailLine, "node", node, "task", what, "upid", upid, "exitStatus", ts.ExitStatus)
+			}
+			return err
 		}
 		detail := what + " task running"
 		if what == "clone" {
