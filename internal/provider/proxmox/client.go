@@ -143,18 +143,13 @@ func (c *client) send(ctx context.Context, method, u string, body io.Reader, ct 
 	if err != nil {
 		return classifyTransport(ctx, err)
 	}
+	if resp.StatusCode != http.StatusOK {
+		return classifyAPI(decodeError(resp.StatusCode, resp.Status, raw))
+	}
 	var env struct {
-		Data    json.RawMessage `json:"data"`
-		Message string          `json:"message"`
+		Data json.RawMessage `json:"data"`
 	}
 	_ = json.Unmarshal(raw, &env)
-	if resp.StatusCode != http.StatusOK {
-		msg := strings.TrimSpace(env.Message)
-		if msg == "" {
-			_, msg, _ = strings.Cut(resp.Status, " ")
-		}
-		return classifyAPI(&apiError{Status: resp.StatusCode, Message: msg})
-	}
 	if out != nil && len(env.Data) > 0 && string(env.Data) != "null" {
 		if err := json.Unmarshal(env.Data, out); err != nil {
 			return provider.Errorf(provider.ErrTransient, "decoding PVE answer: %w", err)
