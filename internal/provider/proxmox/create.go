@@ -81,7 +81,7 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 	if err != nil {
 		return provider.Instance{}, err
 	}
-	logger(ctx).V(2).Info("proxmox create planned", "name", req.Name, "node", pl.node, "template", pl.template,
+	logger(ctx).V(2).Info("proxmox create planned", "node", pl.node, "template", pl.template,
 		"cores", pl.machine.Cores, "memoryMB", pl.machine.MemoryMB, "userDataBytes", len(pl.userData.Reveal()), "generatedUserData", req.CloudInit == "")
 	unlock, err := p.names.Lock(ctx, req.Name)
 	if err != nil {
@@ -142,6 +142,9 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 	if st.Err != nil {
 		return provider.Instance{}, st.Err
 	}
+	if p.onStepStarted != nil && st.Running {
+		p.onStepStarted(req.Name, st.Done)
+	}
 	return provider.Instance{ID: id, UID: req.UID, State: provider.StateProvisioning, Progress: st.Progress}, nil
 }
 
@@ -149,6 +152,7 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 func (p *Provider) allocate(ctx context.Context, rs []resource, req provider.CreateRequest) (int, bool, error) {
 	var named []resource
 	taken := map[int]bool{}
+	// An LXC container's VMID is taken too (one VMID space).
 	for _, r := range rs {
 		taken[r.VMID] = true
 		if r.Name == req.Name && r.Template == 0 {
@@ -189,6 +193,12 @@ func (p *Provider) allocate(ctx context.Context, rs []resource, req provider.Cre
 		if !taken[v] {
 			return v, false, nil
 		}
+		if r, _ := find(rs, v); nameless(r) && r.Lock != "" && r.Template == 0 {
+			// A clone in progress at one of our probes may be ours, made
+			// before a restart: it is judged once its lock clears (the
+			// step probes past it if it is not).
+			return v, true, nil
+		}
 	}
 	return 0, false, provider.Errorf(provider.ErrQuotaExceeded, "no free VMID in [%d, %d] after %d probes", p.cfg.VMIDMin, p.cfg.VMIDMax, maxProbes)
 }
@@ -202,6 +212,14 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 	r, err := p.waitUnlocked(ctx, vmid, progress)
 	if err != nil {
 		return err
+	}
+	if cloneUPID == "" {
+		// Not cloned by this call: an entry that was nameless and locked
+		// when Create chose it (a clone before a restart, or another's)
+		// is ours only by name and mark.
+		if err := p.adoptable(ctx, r, req); err != nil {
+			return err
+		}
 	}
 	node := r.Node
 	created := createdFromTags(r.Tags)
@@ -274,4 +292,23 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 		return err
 	}
 	return p.wait(ctx, node, upid, "start", progress)
+}
+
+// adoptable judges a VM this create did not clone: another name is a
+// Transient failure (the next Create probes past it); our name without our
+// mark, or with another UID, is the adoption error.
+func (p *Provider) adoptable(ctx context.Context, r resource, req provider.CreateRequest) error {
+	if r.Name != req.Name {
+		return provider.Errorf(provider.ErrTransient, "VM %d, whose clone was in progress at one of %s's VMIDs, is %q, not ours: the next Create probes past it", r.VMID, req.Name, r.Name)
+	}
+	m := p.marksFromTags(r.Tags)
+	if !m.Managed {
+		cfg, err := p.api.config(ctx, r.Node, r.VMID)
+		if err != nil {
+			return err
+		}
+		d, _ := cfg["description"].(string)
+		m = marksFromDescription(d)
+	}
+	return provider.AdoptionError(provider.CheckAdoption(m, p.opts.InstallationID, req.UID), req.Name)
 }

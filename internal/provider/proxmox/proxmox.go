@@ -34,6 +34,10 @@ type Provider struct {
 	resWait chan struct{}
 	window  time.Duration
 
+	// onStepStarted, when set (tests), is told of every create step
+	// started, with the channel closed when it has ended.
+	onStepStarted func(name string, done <-chan struct{})
+
 	// creating holds the creates started here, for ListByTag while the
 	// clone runs (the VM carries no tag until its first config).
 	creatingMu sync.Mutex

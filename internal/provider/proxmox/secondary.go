@@ -86,7 +86,7 @@ func (p *Provider) instanceOf(rs []resource, name, uid string) (resource, bool) 
 		if r.Name == name {
 			return r, true
 		}
-		if r.Name == "" && r.Lock != "" && probes[r.VMID] {
+		if nameless(r) && r.Lock != "" && probes[r.VMID] {
 			locked, found = r, true
 		}
 	}
@@ -123,7 +123,7 @@ func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 			InstanceGone: !exists && !p.steps.Running(s.Instance),
 			CreatedAt:    s.created,
 		}
-		if exists && r.Name != "" {
+		if exists && !nameless(r) {
 			sec.InstanceID = formatID(r.VMID, r.Name)
 		}
 		out = append(out, sec)
