@@ -14,6 +14,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/providertest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/proxmox/fakepve"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 // TestConformance runs the shared contract suite against the provider over
@@ -223,17 +224,24 @@ func (b *fakeBackend) vmidByName(name string) (int, bool) {
 func (b *fakeBackend) Vanish(t *testing.T, id string) {
 	vmid, _, err := parseID(id)
 	must(t, err)
-	b.env.fake.SetVMRunning(vmid, "")
 	c := b.env.fake.Client()
-	req, _ := http.NewRequest(http.MethodDelete, fmt.Sprintf("%s/nodes/pve1/qemu/%d?purge=1", b.env.fake.URL(), vmid), nil)
-	req.Header.Set("Authorization", b.env.fake.Token())
-	resp, err := c.Do(req)
-	must(t, err)
-	_ = resp.Body.Close()
-	b.env.fake.Settle()
-	if _, ok := b.env.fake.VM(vmid); ok {
-		t.Fatalf("Vanish: VM %d still there (%s)", vmid, resp.Status)
-	}
+	// Stopped and destroyed by hand; again while a create step's start
+	// task, still ending, powers it back on.
+	testenv.EventuallyNil(t, fmt.Sprintf("VM %d destroyed behind the provider's back", vmid), func() error {
+		b.env.fake.SetVMRunning(vmid, "")
+		req, _ := http.NewRequest(http.MethodDelete, fmt.Sprintf("%s/nodes/pve1/qemu/%d?purge=1", b.env.fake.URL(), vmid), nil)
+		req.Header.Set("Authorization", b.env.fake.Token())
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		b.env.fake.Settle()
+		if _, ok := b.env.fake.VM(vmid); ok {
+			return fmt.Errorf("VM %d still there (%s)", vmid, resp.Status)
+		}
+		return nil
+	})
 }
 
 func (b *fakeBackend) Plant(t *testing.T, name string, marks *provider.Marks) {
