@@ -167,3 +167,33 @@ func TestSeedNames(t *testing.T) {
 		}
 	}
 }
+
+// A node whose storage cannot be read fails the listing (Transient): the
+// collector then deletes nothing rather than judge the seeds of half a
+// cluster; an unknown secondary ID's node or storage is Permanent, another
+// installation's seed counts as deleted.
+func TestListSecondaryNodeDown(t *testing.T) {
+	e := newEnv(t, twoNodes())
+	e.cfg.Nodes = []string{"pve1", "pve2"}
+	p := e.newProvider(t, testInstallation)
+	ctx := context.Background()
+	e.fake.SetNodeOffline("pve2", &fakepve.Error{})
+	if _, err := p.ListSecondary(ctx); !errors.Is(err, provider.ErrTransient) {
+		t.Errorf("ListSecondary with pve2 offline = %v, want Transient", err)
+	}
+	e.fake.SetNodeOffline("pve2", nil)
+	if _, err := p.ListSecondary(ctx); err != nil {
+		t.Errorf("ListSecondary with pve2 back = %v", err)
+	}
+	file := seedName("proxy-x", testInstallation, "u-1")
+	for _, id := range []string{formatSecondaryID("pve9", "local", file), formatSecondaryID("pve1", "nfs", file)} {
+		if err := p.DeleteSecondary(ctx, id); !errors.Is(err, provider.ErrPermanent) {
+			t.Errorf("DeleteSecondary(%q) = %v, want Permanent", id, err)
+		}
+	}
+	must(t, e.fake.PutVolume(fakepve.Volume{Node: "pve1", Storage: "local", Name: "iso/" + seedName("proxy-x", "inst-b", "u-1"), Data: []byte("x")}))
+	must(t, p.DeleteSecondary(ctx, formatSecondaryID("pve1", "local", seedName("proxy-x", "inst-b", "u-1"))))
+	if !hasVolume(e.fake.Volumes("pve1", "local"), seedName("proxy-x", "inst-b", "u-1")) {
+		t.Error("DeleteSecondary removed another installation's seed")
+	}
+}
