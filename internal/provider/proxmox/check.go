@@ -79,10 +79,10 @@ func (p *Provider) checkNode(ctx context.Context, node string) provider.CheckRes
 	if err != nil {
 		return fail(checkReason(ctx, err), err)
 	}
-	for img, tpl := range p.cfg.Templates {
-		r, ok := find(rs, tpl.VMID)
+	for img, vmid := range p.cfg.Templates {
+		r, ok := find(rs, vmid)
 		if !ok || r.Template != 1 {
-			return fail("TemplateNotFound", fmt.Errorf("template %s (VMID %d) is missing or not a template", img, tpl.VMID))
+			return fail("TemplateNotFound", fmt.Errorf("template %s (VMID %d) is missing or not a template", img, vmid))
 		}
 	}
 	res.Healthy, res.Reason, res.Message = true, provider.ReasonHealthy, "node ready"

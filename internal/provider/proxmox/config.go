@@ -1,9 +1,7 @@
 package proxmox
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
 	"net/url"
 	"regexp"
 	"time"
@@ -38,16 +36,6 @@ const (
 // DefaultMachineType is the size of DefaultMachineTypeName.
 var DefaultMachineType = MachineType{Cores: 1, MemoryMB: 1024}
 
-// Template is a templates catalogue entry: the template's VMID and the
-// distribution family its image is (debian, rhel), which the generated
-// Squid cloud-config depends on. In the config an entry is either the VMID
-// alone (`debian-12: 9000`, family debian) or a mapping
-// (`rocky-9: {vmid: 9001, family: rhel}`).
-type Template struct {
-	VMID   int    `json:"vmid"`
-	Family string `json:"family,omitempty"`
-}
-
 // MachineType is a catalogue entry: cores and memory (MiB).
 type MachineType struct {
 	Cores    int `json:"cores"`
@@ -65,11 +53,15 @@ type Config struct {
 	CAFile                string   `json:"caFile,omitempty"`
 	InsecureSkipTLSVerify bool     `json:"insecureSkipTLSVerify,omitempty"`
 	Nodes                 []string `json:"nodes"`
-	// Templates maps an image name (Placement.Image) to a template.
-	Templates       map[string]Template    `json:"templates"`
-	DefaultTemplate string                 `json:"defaultTemplate,omitempty"`
-	MachineTypes    map[string]MachineType `json:"machineTypes,omitempty"`
-	DefaultMachine  string                 `json:"defaultMachineType,omitempty"`
+	// Templates maps an image name (Placement.Image) to a template VMID.
+	Templates map[string]int `json:"templates"`
+	// TemplateFamilies gives a template's distribution family (debian,
+	// rhel), which the generated Squid cloud-config is written for; a
+	// template it does not name is debian.
+	TemplateFamilies map[string]string      `json:"templateFamilies,omitempty"`
+	DefaultTemplate  string                 `json:"defaultTemplate,omitempty"`
+	MachineTypes     map[string]MachineType `json:"machineTypes,omitempty"`
+	DefaultMachine   string                 `json:"defaultMachineType,omitempty"`
 	// ISOStorage receives the seed ISOs; no default (the token needs
 	// Datastore.Allocate there).
 	ISOStorage string `json:"isoStorage"`
@@ -87,45 +79,9 @@ type Config struct {
 	egress.Settings
 }
 
-// Parse decodes, defaults and validates a type block. A templates entry
-// written as a bare VMID is read as {vmid: <n>} first, so both forms get
-// the same strict, path-qualified checks.
+// Parse decodes, defaults and validates a type block.
 func Parse(raw json.RawMessage, path *field.Path) (Config, field.ErrorList) {
-	return config.Decode[Config](expandTemplates(raw), path)
-}
-
-// expandTemplates rewrites `templates: {k: <number>}` entries into
-// `{k: {vmid: <number>}}`; anything else is left for the strict decode to
-// judge.
-func expandTemplates(raw json.RawMessage) json.RawMessage {
-	var top map[string]json.RawMessage
-	if json.Unmarshal(raw, &top) != nil || top["templates"] == nil {
-		return raw
-	}
-	var tpls map[string]json.RawMessage
-	if json.Unmarshal(top["templates"], &tpls) != nil {
-		return raw
-	}
-	changed := false
-	for k, v := range tpls {
-		if n := bytes.TrimSpace(v); len(n) > 0 && (n[0] == '-' || (n[0] >= '0' && n[0] <= '9')) {
-			tpls[k] = json.RawMessage(fmt.Sprintf(`{"vmid":%s}`, n))
-			changed = true
-		}
-	}
-	if !changed {
-		return raw
-	}
-	b, err := json.Marshal(tpls)
-	if err != nil {
-		return raw
-	}
-	top["templates"] = b
-	out, err := json.Marshal(top)
-	if err != nil {
-		return raw
-	}
-	return out
+	return config.Decode[Config](raw, path)
 }
 
 // Default fills the unset fields: the defaults live here only.
@@ -149,15 +105,18 @@ func (c *Config) Default() {
 		c.DefaultTemplate = config.OnlyKey(c.Templates)
 	}
 	if len(c.Templates) > 0 {
-		// A copy: the caller's map is not written.
-		tpls := make(map[string]Template, len(c.Templates))
-		for k, t := range c.Templates {
-			if t.Family == "" {
-				t.Family = string(squid.FamilyDebian)
-			}
-			tpls[k] = t
+		// Every template's family, resolved (a copy: the caller's map is
+		// not written).
+		fams := make(map[string]string, len(c.Templates))
+		for k, v := range c.TemplateFamilies {
+			fams[k] = v
 		}
-		c.Templates = tpls
+		for k := range c.Templates {
+			if fams[k] == "" {
+				fams[k] = string(squid.FamilyDebian)
+			}
+		}
+		c.TemplateFamilies = fams
 	}
 }
 
@@ -199,13 +158,17 @@ func (c *Config) Validate(p *field.Path) field.ErrorList {
 		errs = append(errs, field.Required(p.Child("templates"), "at least one template VMID"))
 	}
 	for _, k := range config.SortedKeys(c.Templates) {
-		t := c.Templates[k]
-		tp := p.Child("templates").Key(k)
-		if t.VMID < 100 || t.VMID > 999999999 {
-			errs = append(errs, field.Invalid(tp.Child("vmid"), t.VMID, "not a VMID (100-999999999)"))
+		if v := c.Templates[k]; v < 100 || v > 999999999 {
+			errs = append(errs, field.Invalid(p.Child("templates").Key(k), v, "not a VMID (100-999999999)"))
 		}
-		if _, err := squid.ParseFamily(t.Family); err != nil {
-			errs = append(errs, field.Invalid(tp.Child("family"), t.Family, err.Error()))
+	}
+	for _, k := range config.SortedKeys(c.TemplateFamilies) {
+		fp := p.Child("templateFamilies").Key(k)
+		if _, ok := c.Templates[k]; !ok {
+			errs = append(errs, field.NotFound(fp, k))
+		}
+		if _, err := squid.ParseFamily(c.TemplateFamilies[k]); err != nil {
+			errs = append(errs, field.Invalid(fp, c.TemplateFamilies[k], err.Error()))
 		}
 	}
 	if c.DefaultTemplate != "" {
@@ -240,8 +203,8 @@ func (c *Config) Validate(p *field.Path) field.ErrorList {
 	return errs
 }
 
-// family is the template's distribution family (Validate proved it).
-func (t Template) family() squid.Family {
-	f, _ := squid.ParseFamily(t.Family)
+// family is the template image's distribution family (Validate proved it).
+func (c *Config) family(image string) squid.Family {
+	f, _ := squid.ParseFamily(c.TemplateFamilies[image])
 	return f
 }

@@ -48,12 +48,13 @@ func TestConfigErrorsArePathQualified(t *testing.T) {
 		{"isoStorage", ``, "isoStorage"},
 		{"isoStorage", `"lo/cal"`, "isoStorage"},
 		{"templates", ``, "templates"},
-		{"templates", `{"debian-12": 5}`, "templates[debian-12].vmid"},
-		{"templates", `{"debian-12": {"vmid": 9000, "family": "suse"}}`, "templates[debian-12].family"},
-		{"templates", `{"debian-12": {"vmid": 9000, "famly": "rhel"}}`, "templates[debian-12].famly"},
+		{"templates", `{"debian-12": 5}`, "templates[debian-12]"},
 		{"templates", `{"debian-12": "9000"}`, "templates[debian-12]"},
-		{"templates", `{"debian-12": {"family": "rhel"}}`, "templates[debian-12].vmid"},
-		{"templates", `{"debian-12": {"vmid": 9000, "family": "rhel"}}`, ""},
+		{"templates", `{"debian-12": {"vmid": 9000}}`, "templates[debian-12]"},
+		{"templateFamilies", `{"debian-12": "suse"}`, "templateFamilies[debian-12]"},
+		{"templateFamilies", `{"rocky-9": "rhel"}`, "templateFamilies[rocky-9]"},
+		{"templateFamilies", `{"debian-12": 1}`, "templateFamilies[debian-12]"},
+		{"templateFamilies", `{"debian-12": "rhel"}`, ""},
 		{"defaultTemplate", `"ubuntu"`, "defaultTemplate"},
 		{"machineTypes", `{"small": {"cores": 0, "memoryMB": 1024}}`, "machineTypes[small]"},
 		{"machineTypes", `{"small": {"cores": 1, "memoryMB": 1024, "disk": 3}}`, "machineTypes[small].disk"},
@@ -98,37 +99,33 @@ func TestConfigErrorsArePathQualified(t *testing.T) {
 	}
 }
 
-// The defaults are decided in Default only, and the short template form
-// is the object form with the debian family.
+// The defaults are decided in Default only; every template's family is
+// resolved there (debian unless templateFamilies says otherwise).
 func TestConfigDefaults(t *testing.T) {
 	c, errs := Parse(json.RawMessage(validBlock), blockPath)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
 	want := Config{URL: "https://pve.example:8006/api2/json", TokenFile: "/etc/proxy-operator/proxmox/token", Nodes: []string{"pve1"},
-		Templates: map[string]Template{"debian-12": {VMID: 9000, Family: "debian"}}, DefaultTemplate: "debian-12",
+		Templates: map[string]int{"debian-12": 9000}, TemplateFamilies: map[string]string{"debian-12": "debian"}, DefaultTemplate: "debian-12",
 		MachineTypes: map[string]MachineType{DefaultMachineTypeName: DefaultMachineType}, DefaultMachine: DefaultMachineTypeName,
 		ISOStorage: "local", VMIDMin: DefaultVMIDMin, VMIDMax: DefaultVMIDMax, RequestTimeoutSeconds: DefaultRequestTimeoutSeconds}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Parse(minimal) =\n%+v\nwant\n%+v", c, want)
 	}
-	long, errs := Parse(with(t, "templates", `{"debian-12": {"vmid": 9000}}`), blockPath)
-	if len(errs) > 0 || !reflect.DeepEqual(long, c) {
-		t.Errorf("the object form = %+v, %v; want the short form's %+v", long, errs, c)
-	}
 	// Default is idempotent and leaves the caller's maps alone.
-	tpls := map[string]Template{"a": {VMID: 9000}, "b": {VMID: 9001, Family: "rhel"}}
-	d := Config{Templates: tpls}
+	fams := map[string]string{"b": "rhel"}
+	d := Config{Templates: map[string]int{"a": 9000, "b": 9001}, TemplateFamilies: fams}
 	d.Default()
 	again := d
 	again.Default()
 	if !reflect.DeepEqual(d, again) {
 		t.Errorf("Default is not idempotent: %+v then %+v", d, again)
 	}
-	if tpls["a"].Family != "" {
-		t.Errorf("Default wrote the caller's templates map: %+v", tpls)
+	if len(fams) != 1 {
+		t.Errorf("Default wrote the caller's templateFamilies map: %+v", fams)
 	}
-	if d.DefaultTemplate != "" || d.Templates["a"].Family != "debian" || d.Templates["b"].Family != "rhel" {
+	if d.DefaultTemplate != "" || d.family("a") != "debian" || d.family("b") != "rhel" {
 		t.Errorf("Default with two templates = %+v", d)
 	}
 }
@@ -137,15 +134,15 @@ func TestConfigDefaults(t *testing.T) {
 func TestDocsSampleBlockParses(t *testing.T) {
 	raw := `{"url": "https://pve.example:8006/api2/json", "tokenFile": "/etc/proxy-operator/proxmox/token",
 	 "caFile": "/etc/proxy-operator/proxmox/ca.pem", "nodes": ["pve1", "pve2"],
-	 "templates": {"debian-12": 9000, "rocky-9": {"vmid": 9001, "family": "rhel"}}, "defaultTemplate": "debian-12",
+	 "templates": {"debian-12": 9000, "rocky-9": 9001}, "templateFamilies": {"rocky-9": "rhel"}, "defaultTemplate": "debian-12",
 	 "machineTypes": {"small": {"cores": 1, "memoryMB": 1024}}, "isoStorage": "local", "bridge": "vmbr0",
 	 "allowedDestinations": ["10.20.30.40/32"], "connectPorts": [443, 8443]}`
 	c, errs := Parse(json.RawMessage(raw), blockPath)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	if c.Templates["rocky-9"].family() != "rhel" || c.Templates["debian-12"].family() != "debian" {
-		t.Errorf("families: %+v", c.Templates)
+	if c.family("rocky-9") != "rhel" || c.family("debian-12") != "debian" {
+		t.Errorf("families: %+v", c.TemplateFamilies)
 	}
 	if p := c.Settings.Policy(); len(p.Allowed()) != 1 || !strings.Contains(p.Allowed()[0].String(), "10.20.30.40/32") {
 		t.Errorf("policy allowed = %v", p.Allowed())

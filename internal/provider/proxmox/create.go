@@ -51,8 +51,8 @@ func (p *Provider) plan(req provider.CreateRequest) (plan, error) {
 	if !ok {
 		return pl, provider.Errorf(provider.ErrPermanent, "image %q is not in the templates catalogue", img)
 	}
-	pl.template = tpl.VMID
-	if pl.userData, err = squid.UserData(req, p.dest, tpl.family()); err != nil {
+	pl.template = tpl
+	if pl.userData, err = squid.UserData(req, p.dest, p.cfg.family(img)); err != nil {
 		return pl, err
 	}
 	mt := req.Placement.MachineType

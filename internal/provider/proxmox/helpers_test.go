@@ -36,7 +36,7 @@ func newEnv(t *testing.T, opts ...fakepve.Option) *env {
 	must(t, os.WriteFile(filepath.Join(dir, "token"), []byte(fake.Token()+"\n"), 0o600))
 	must(t, os.WriteFile(filepath.Join(dir, "ca.pem"), fake.CACertPEM(), 0o600))
 	cfg := Config{URL: fake.URL(), TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.pem"),
-		Nodes: []string{"pve1"}, Templates: map[string]Template{"debian-12": {VMID: 9000}}, ISOStorage: "local"}
+		Nodes: []string{"pve1"}, Templates: map[string]int{"debian-12": 9000}, ISOStorage: "local"}
 	e := &env{fake: fake, cfg: cfg, dir: dir}
 	e.p = e.newProvider(t, testInstallation)
 	return e

@@ -76,7 +76,8 @@ func TestGapSeedCarriesNoSquid(t *testing.T) {
 func TestSeedUserDataSources(t *testing.T) {
 	e := newEnv(t)
 	e.fake.PutVM(fakepve.Template(9001, "pve1", "rocky-9"))
-	e.cfg.Templates = map[string]Template{"debian-12": {VMID: 9000}, "rocky-9": {VMID: 9001, Family: "rhel"}}
+	e.cfg.Templates = map[string]int{"debian-12": 9000, "rocky-9": 9001}
+	e.cfg.TemplateFamilies = map[string]string{"rocky-9": "rhel"}
 	e.cfg.DefaultTemplate = "debian-12"
 	p := e.newProvider(t, testInstallation)
 	own := provider.CreateRequest{Name: "proxy-own", UID: "31111111-2222-3333-4444-555555555555", Port: 3128,
