@@ -2,11 +2,13 @@ package proxmox
 
 import (
 	"encoding/json"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
 )
 
 const validBlock = `{"url": "https://pve.example:8006/api2/json", "tokenFile": "/etc/proxy-operator/proxmox/token",
@@ -130,21 +132,35 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
-// The sample entry in the docs parses (the block as written there).
-func TestDocsSampleBlockParses(t *testing.T) {
-	raw := `{"url": "https://pve.example:8006/api2/json", "tokenFile": "/etc/proxy-operator/proxmox/token",
-	 "caFile": "/etc/proxy-operator/proxmox/ca.pem", "nodes": ["pve1", "pve2"],
-	 "templates": {"debian-12": 9000, "rocky-9": 9001}, "templateFamilies": {"rocky-9": "rhel"}, "defaultTemplate": "debian-12",
-	 "machineTypes": {"small": {"cores": 1, "memoryMB": 1024}}, "isoStorage": "local", "bridge": "vmbr0",
-	 "allowedDestinations": ["10.20.30.40/32"], "connectPorts": [443, 8443]}`
-	c, errs := Parse(json.RawMessage(raw), blockPath)
+// The config entry in docs/proxmox-provider.md parses, with the values
+// it shows.
+func TestDocsConfigEntryParses(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/proxmox-provider.md")
+	must(t, err)
+	text := string(doc)
+	start := strings.Index(text, "```yaml\n- name: proxmox-home")
+	if start < 0 {
+		t.Fatal("docs/proxmox-provider.md has no ```yaml block with the proxmox-home entry")
+	}
+	block := text[start+len("```yaml\n"):]
+	block = block[:strings.Index(block, "```")]
+	js, err := yaml.YAMLToJSONStrict([]byte(block))
+	must(t, err)
+	var entries []struct {
+		Proxmox json.RawMessage `json:"proxmox"`
+	}
+	must(t, json.Unmarshal(js, &entries))
+	if len(entries) != 1 {
+		t.Fatalf("%d entries in the docs' block", len(entries))
+	}
+	c, errs := Parse(entries[0].Proxmox, blockPath)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	if c.family("rocky-9") != "rhel" || c.family("debian-12") != "debian" {
-		t.Errorf("families: %+v", c.TemplateFamilies)
+	if c.family("rocky-9") != "rhel" || c.family("debian-12") != "debian" || c.Templates["rocky-9"] != 9001 {
+		t.Errorf("templates %+v, families %+v", c.Templates, c.TemplateFamilies)
 	}
-	if p := c.Settings.Policy(); len(p.Allowed()) != 1 || !strings.Contains(p.Allowed()[0].String(), "10.20.30.40/32") {
-		t.Errorf("policy allowed = %v", p.Allowed())
+	if p := c.Settings.Policy(); len(p.ConnectPorts()) != 1 || p.ConnectPorts()[0] != 443 {
+		t.Errorf("policy connect ports = %v", p.ConnectPorts())
 	}
 }
