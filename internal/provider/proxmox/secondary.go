@@ -43,28 +43,39 @@ type seedFile struct {
 // request each); a node that cannot be read fails the listing: the
 // collector then deletes nothing rather than judging half a cluster.
 func (p *Provider) listSeeds(ctx context.Context) ([]seedFile, error) {
-	tag := seedTag(p.opts.InstallationID)
 	var out []seedFile
 	for _, node := range p.cfg.Nodes {
-		vols, err := p.api.isoContent(ctx, node, p.cfg.ISOStorage)
+		seeds, err := p.seedsOn(ctx, node)
 		if err != nil {
 			return nil, err
 		}
-		for _, v := range vols {
-			file, ok := strings.CutPrefix(v.Volid, p.cfg.ISOStorage+":iso/")
-			if !ok {
-				continue
-			}
-			sv, ok := parseSeedName(file)
-			if !ok || sv.Tag != tag {
-				continue
-			}
-			sf := seedFile{seedVolume: sv, node: node, file: file}
-			if v.CTime > 0 {
-				sf.created = time.Unix(v.CTime, 0)
-			}
-			out = append(out, sf)
+		out = append(out, seeds...)
+	}
+	return out, nil
+}
+
+// seedsOn lists this installation's seeds on node.
+func (p *Provider) seedsOn(ctx context.Context, node string) ([]seedFile, error) {
+	tag := seedTag(p.opts.InstallationID)
+	vols, err := p.api.isoContent(ctx, node, p.cfg.ISOStorage)
+	if err != nil {
+		return nil, err
+	}
+	var out []seedFile
+	for _, v := range vols {
+		file, ok := strings.CutPrefix(v.Volid, p.cfg.ISOStorage+":iso/")
+		if !ok {
+			continue
 		}
+		sv, ok := parseSeedName(file)
+		if !ok || sv.Tag != tag {
+			continue
+		}
+		sf := seedFile{seedVolume: sv, node: node, file: file}
+		if v.CTime > 0 {
+			sf.created = time.Unix(v.CTime, 0)
+		}
+		out = append(out, sf)
 	}
 	return out, nil
 }
@@ -196,18 +207,28 @@ func (p *Provider) deleteSeed(ctx context.Context, node, file string) error {
 
 // deleteSeeds removes every seed of instance name on every configured node
 // (a VM may have migrated away from the node its seed was uploaded to),
-// whatever UID it names.
+// whatever UID it names. A node that cannot be read is skipped (logged):
+// its seeds are left to the garbage collector, which lists them once the
+// node answers, rather than keeping the VM from being destroyed; a
+// Permanent failure (the token may not list the storage) or the end of ctx
+// fails the delete.
 func (p *Provider) deleteSeeds(ctx context.Context, name string) error {
-	seeds, err := p.listSeeds(ctx)
-	if err != nil {
-		return err
-	}
-	for _, s := range seeds {
-		if s.Instance != name {
+	for _, node := range p.cfg.Nodes {
+		seeds, err := p.seedsOn(ctx, node)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, provider.ErrPermanent) {
+				return err
+			}
+			logger(ctx).Info("proxmox seed ISOs left for the garbage collector: node not readable", "node", node, "instance", name, "error", err.Error())
 			continue
 		}
-		if err := p.deleteSeed(ctx, s.node, s.file); err != nil {
-			return err
+		for _, s := range seeds {
+			if s.Instance != name {
+				continue
+			}
+			if err := p.deleteSeed(ctx, s.node, s.file); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

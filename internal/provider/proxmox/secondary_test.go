@@ -197,3 +197,38 @@ func TestListSecondaryNodeDown(t *testing.T) {
 		t.Error("DeleteSecondary removed another installation's seed")
 	}
 }
+
+// Delete does not wait for a node that cannot be read: the VM on the
+// other node is destroyed, and the seed left on the unreadable node is the
+// collector's once it answers (listed, InstanceGone).
+func TestDeleteLeavesAnUnreadableNodesSeedToGC(t *testing.T) {
+	e := newEnv(t, twoNodes())
+	e.cfg.Nodes = []string{"pve1", "pve2"}
+	p := e.newProvider(t, testInstallation)
+	ctx := context.Background()
+	const uid = "d1111111-2222-3333-4444-555555555555"
+	in, err := p.Create(ctx, request("proxy-half", uid))
+	must(t, err)
+	waitRunning(t, p, in.ID)
+	stale := seedName("proxy-half", testInstallation, uid)
+	must(t, e.fake.PutVolume(fakepve.Volume{Node: "pve2", Storage: "local", Name: "iso/" + stale, Data: []byte("left when the VM migrated back")}))
+	e.fake.SetNodeOffline("pve2", &fakepve.Error{})
+	ctx, logs := logCtx(t)
+	must(t, p.Delete(ctx, in.ID))
+	testenv.EventuallyNil(t, "Get NotFound with pve2 offline", func() error {
+		_, err := p.Get(ctx, in.ID)
+		if errors.Is(err, provider.ErrNotFound) {
+			return nil
+		}
+		return fmt.Errorf("Get after Delete: %v", err)
+	})
+	if !strings.Contains(logs.String(), `"node"="pve2"`) || !strings.Contains(logs.String(), "left for the garbage collector") {
+		t.Errorf("the skipped node is not logged:\n%s", logs)
+	}
+	e.fake.SetNodeOffline("pve2", nil)
+	list, err := p.ListSecondary(ctx)
+	must(t, err)
+	if s := seedsOf(list, "proxy-half"); len(s) != 1 || !strings.HasPrefix(s[0].ID, "nodes/pve2/") || !s[0].InstanceGone {
+		t.Fatalf("the seed left on pve2 = %+v, want listed with InstanceGone", s)
+	}
+}
