@@ -37,6 +37,7 @@ const (
 	wireLine     = "proxmox wire"
 	insecureLine = "WARNING: pveproxy's TLS certificate is not verified (insecureSkipTLSVerify is set): anyone on the path can impersonate PVE and read the API token"
 	taskFailLine = "proxmox task failed"
+	lockWaitLine = "proxmox vm locked; waiting"
 )
 
 type opKey struct{}
