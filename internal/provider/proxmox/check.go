@@ -21,14 +21,23 @@ func (p *Provider) Check(ctx context.Context) provider.CheckResult {
 		go func() { defer wg.Done(); results[i] = p.checkNode(ctx, n) }()
 	}
 	wg.Wait()
+	res := provider.CheckResult{Healthy: true, Reason: provider.ReasonHealthy, Target: strings.Join(p.cfg.Nodes, ","), Address: p.cfg.URL,
+		Message: fmt.Sprintf("%d node(s) ready", len(p.cfg.Nodes))}
 	for _, r := range results {
 		if !r.Healthy {
-			return r
+			res = r
+			break
 		}
 	}
-	return provider.CheckResult{Healthy: true, Reason: provider.ReasonHealthy, Target: strings.Join(p.cfg.Nodes, ","), Address: p.cfg.URL,
-		Message: fmt.Sprintf("%d node(s) ready", len(p.cfg.Nodes))}
+	if p.cfg.InsecureSkipTLSVerify {
+		res.Message += "; " + insecureCheckNote
+	}
+	return res
 }
+
+// insecureCheckNote ends every Check message while TLS is not verified,
+// so ProviderHealth shows it.
+const insecureCheckNote = "WARNING: pveproxy's TLS certificate is not verified (insecureSkipTLSVerify)"
 
 func (p *Provider) checkNode(ctx context.Context, node string) provider.CheckResult {
 	res := provider.CheckResult{Target: node, Address: p.cfg.URL, Details: map[string]string{}}

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 )
 
 // client is the thin PVE client: one method per endpoint, ctx on every
@@ -36,7 +35,7 @@ type client struct {
 	hc     *http.Client
 }
 
-func (c *client) httpClient() (*http.Client, error) {
+func (c *client) httpClient(ctx context.Context) (*http.Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var stat [2]int64
@@ -67,9 +66,16 @@ func (c *client) httpClient() (*http.Client, error) {
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	var rt http.RoundTripper = httpobserve.Transport(tr, "proxmox api call", nil)
+	var rt http.RoundTripper = tr
 	if c.wrap != nil {
 		rt = c.wrap(rt)
+	}
+	rt = observeTransport(rt)
+	if c.insecure {
+		// New has no logger (the registry's constructor takes none), so
+		// the warning goes out when the client is built: on the first
+		// request, and again after a CA reload.
+		logger(ctx).Info(insecureLine, "url", c.base)
 	}
 	if c.hc != nil {
 		if old, ok := c.hc.Transport.(interface{ CloseIdleConnections() }); ok {
@@ -112,7 +118,7 @@ func (c *client) do(ctx context.Context, method, path string, params url.Values,
 }
 
 func (c *client) send(ctx context.Context, method, u string, body io.Reader, ct string, out any) error {
-	hc, err := c.httpClient()
+	hc, err := c.httpClient(ctx)
 	if err != nil {
 		return err
 	}
@@ -137,18 +143,13 @@ func (c *client) send(ctx context.Context, method, u string, body io.Reader, ct 
 	if err != nil {
 		return classifyTransport(ctx, err)
 	}
+	if resp.StatusCode != http.StatusOK {
+		return classifyAPI(decodeError(resp.StatusCode, resp.Status, raw))
+	}
 	var env struct {
-		Data    json.RawMessage `json:"data"`
-		Message string          `json:"message"`
+		Data json.RawMessage `json:"data"`
 	}
 	_ = json.Unmarshal(raw, &env)
-	if resp.StatusCode != http.StatusOK {
-		msg := strings.TrimSpace(env.Message)
-		if msg == "" {
-			_, msg, _ = strings.Cut(resp.Status, " ")
-		}
-		return classifyAPI(&apiError{Status: resp.StatusCode, Message: msg})
-	}
 	if out != nil && len(env.Data) > 0 && string(env.Data) != "null" {
 		if err := json.Unmarshal(env.Data, out); err != nil {
 			return provider.Errorf(provider.ErrTransient, "decoding PVE answer: %w", err)

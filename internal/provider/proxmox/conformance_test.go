@@ -7,12 +7,14 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/providertest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/proxmox/fakepve"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 // TestConformance runs the shared contract suite against the provider over
@@ -28,11 +30,8 @@ func TestConformance(t *testing.T) {
 			// (a cancelled create's clone) still ends.
 			stop := e.fake.StartClock(5 * time.Millisecond)
 			t.Cleanup(stop)
-			b := &fakeBackend{env: e, installation: installation}
-			p := e.newProvider(t, installation)
-			p.window = 0 // every Get reads, so a queued fault meets it
-			p.setWire(b.wire)
-			return p, b
+			b := &fakeBackend{env: e, installation: installation, holds: map[string]*heldUpload{}}
+			return b.newProvider(t), b
 		},
 		Request: func(_ *testing.T, proxyName, uid string) provider.CreateRequest {
 			return provider.CreateRequest{Port: 3128, AllowedSourceRanges: []string{"10.0.0.0/8"}}
@@ -45,13 +44,124 @@ type fakeBackend struct {
 	env          *env
 	installation string
 	faults       providertest.Faults
+
+	mu    sync.Mutex
+	p     *Provider
+	holds map[string]*heldUpload
+}
+
+func (b *fakeBackend) newProvider(t *testing.T) *Provider {
+	p := b.env.newProvider(t, b.installation)
+	p.window = 0 // every Get reads, so a queued fault meets it
+	p.setWire(b.wire)
+	p.onStepStarted = b.stepStarted
+	b.mu.Lock()
+	b.p = p
+	b.mu.Unlock()
+	return p
+}
+
+// Restart stops the provider as a killed process stops (its steps end
+// where they are; the fake's tasks run on) and returns a fresh one over
+// the same fake.
+func (b *fakeBackend) Restart(t *testing.T) provider.Provider {
+	b.mu.Lock()
+	old := b.p
+	b.mu.Unlock()
+	_ = old.Close()
+	return b.newProvider(t)
+}
+
+// heldUpload is a HoldCreate: the next seed upload of its instance (the
+// create step's slow part after the clone) waits for release; its answer
+// is then the class's fault in PVE's form (nil: the upload goes on).
+type heldUpload struct {
+	release chan struct{}
+	once    sync.Once
+	err     error
+	taken   bool // an upload met the hold; later ones pass
+	done    chan struct{}
+	wired   bool
+}
+
+func (b *fakeBackend) HoldCreate(t *testing.T, name string) providertest.Hold {
+	h := &heldUpload{release: make(chan struct{}), done: make(chan struct{})}
+	b.mu.Lock()
+	b.holds[name] = h
+	b.mu.Unlock()
+	return providertest.Hold{
+		Release: func(err error) { h.once.Do(func() { h.err = err; close(h.release) }) },
+		Done:    h.done,
+	}
+}
+
+// stepStarted wires a hold's Done to the step the hold is for.
+func (b *fakeBackend) stepStarted(name string, done <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := b.holds[name]
+	if h == nil || h.wired {
+		return
+	}
+	h.wired = true
+	go func() { <-done; close(h.done) }()
+}
+
+// holdUpload blocks a seed upload of a held instance until its release;
+// the returned fault (nil: none) is the upload's answer.
+func (b *fakeBackend) holdUpload(req *http.Request) (*fakepve.Error, error) {
+	if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/upload") || req.Body == nil {
+		return nil, nil
+	}
+	body, err := io.ReadAll(req.Body)
+	_ = req.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	b.mu.Lock()
+	var h *heldUpload
+	for name, cand := range b.holds {
+		if !cand.taken && bytes.Contains(body, []byte(`filename="`+name+seedSep)) {
+			h = cand
+			break
+		}
+	}
+	if h == nil {
+		b.mu.Unlock()
+		return nil, nil
+	}
+	h.taken = true
+	b.mu.Unlock()
+	select {
+	case <-h.release:
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+	if h.err != nil {
+		return syncFault(h.err), nil
+	}
+	return nil, nil
 }
 
 var (
 	_ providertest.Backend   = (*fakeBackend)(nil)
 	_ providertest.Inspector = (*fakeBackend)(nil)
 	_ providertest.Stopper   = (*fakeBackend)(nil)
+
+	_ providertest.SecondaryPlanter = (*fakeBackend)(nil)
+	_ providertest.Slow             = (*fakeBackend)(nil)
+	_ providertest.Restarter        = (*fakeBackend)(nil)
 )
+
+// PlantSecondary puts a seed ISO of the instance named instance with marks
+// on the first node's isoStorage, as an upload left behind would be.
+func (b *fakeBackend) PlantSecondary(t *testing.T, instance string, marks provider.Marks) {
+	t.Helper()
+	file := seedName(instance, marks.Installation, marks.UID)
+	must(t, b.env.fake.PutVolume(fakepve.Volume{Node: b.env.cfg.Nodes[0], Storage: b.env.cfg.ISOStorage, Name: "iso/" + file,
+		Data: []byte("planted seed of " + instance)}))
+}
 
 // syncFault is PVE's answer the provider must classify as class, with the
 // captured texts.
@@ -83,6 +193,13 @@ func (b *fakeBackend) wire(next http.RoundTripper) http.RoundTripper {
 				return pveAnswer(req, syncFault(injected)), nil
 			}
 		}
+		fault, err := b.holdUpload(req)
+		if err != nil {
+			return nil, err
+		}
+		if fault != nil {
+			return pveAnswer(req, fault), nil
+		}
 		return next.RoundTrip(req)
 	})
 }
@@ -107,17 +224,24 @@ func (b *fakeBackend) vmidByName(name string) (int, bool) {
 func (b *fakeBackend) Vanish(t *testing.T, id string) {
 	vmid, _, err := parseID(id)
 	must(t, err)
-	b.env.fake.SetVMRunning(vmid, "")
 	c := b.env.fake.Client()
-	req, _ := http.NewRequest(http.MethodDelete, fmt.Sprintf("%s/nodes/pve1/qemu/%d?purge=1", b.env.fake.URL(), vmid), nil)
-	req.Header.Set("Authorization", b.env.fake.Token())
-	resp, err := c.Do(req)
-	must(t, err)
-	_ = resp.Body.Close()
-	b.env.fake.Settle()
-	if _, ok := b.env.fake.VM(vmid); ok {
-		t.Fatalf("Vanish: VM %d still there (%s)", vmid, resp.Status)
-	}
+	// Stopped and destroyed by hand; again while a create step's start
+	// task, still ending, powers it back on.
+	testenv.EventuallyNil(t, fmt.Sprintf("VM %d destroyed behind the provider's back", vmid), func() error {
+		b.env.fake.SetVMRunning(vmid, "")
+		req, _ := http.NewRequest(http.MethodDelete, fmt.Sprintf("%s/nodes/pve1/qemu/%d?purge=1", b.env.fake.URL(), vmid), nil)
+		req.Header.Set("Authorization", b.env.fake.Token())
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		b.env.fake.Settle()
+		if _, ok := b.env.fake.VM(vmid); ok {
+			return fmt.Errorf("VM %d still there (%s)", vmid, resp.Status)
+		}
+		return nil
+	})
 }
 
 func (b *fakeBackend) Plant(t *testing.T, name string, marks *provider.Marks) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/nocloud"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
 
 // Create resolves the VMID (one /cluster/resources read) and starts the
@@ -29,9 +30,13 @@ type plan struct {
 	node     string
 	template int
 	machine  MachineType
+	// userData is the seed's user-data: the Proxy's cloud-init as given,
+	// else the generated Squid cloud-config for the template's family.
+	userData provider.Sensitive
 }
 
 func (p *Provider) plan(req provider.CreateRequest) (plan, error) {
+	var err error
 	pl := plan{node: req.Placement.Zone}
 	if pl.node == "" {
 		pl.node = p.cfg.Nodes[0]
@@ -47,6 +52,9 @@ func (p *Provider) plan(req provider.CreateRequest) (plan, error) {
 		return pl, provider.Errorf(provider.ErrPermanent, "image %q is not in the templates catalogue", img)
 	}
 	pl.template = tpl
+	if pl.userData, err = squid.UserData(req, p.dest, p.cfg.family(img)); err != nil {
+		return pl, err
+	}
 	mt := req.Placement.MachineType
 	if mt == "" {
 		mt = p.cfg.DefaultMachine
@@ -73,6 +81,8 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 	if err != nil {
 		return provider.Instance{}, err
 	}
+	logger(ctx).V(2).Info("proxmox create planned", "node", pl.node, "template", pl.template,
+		"cores", pl.machine.Cores, "memoryMB", pl.machine.MemoryMB, "userDataBytes", len(pl.userData.Reveal()), "generatedUserData", req.CloudInit == "")
 	unlock, err := p.names.Lock(ctx, req.Name)
 	if err != nil {
 		return provider.Instance{}, provider.Errorf(provider.ErrTransient, "waiting for another call on %s: %w", req.Name, err)
@@ -132,6 +142,9 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 	if st.Err != nil {
 		return provider.Instance{}, st.Err
 	}
+	if p.onStepStarted != nil && st.Running {
+		p.onStepStarted(req.Name, st.Done)
+	}
 	return provider.Instance{ID: id, UID: req.UID, State: provider.StateProvisioning, Progress: st.Progress}, nil
 }
 
@@ -139,6 +152,7 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 func (p *Provider) allocate(ctx context.Context, rs []resource, req provider.CreateRequest) (int, bool, error) {
 	var named []resource
 	taken := map[int]bool{}
+	// An LXC container's VMID is taken too (one VMID space).
 	for _, r := range rs {
 		taken[r.VMID] = true
 		if r.Name == req.Name && r.Template == 0 {
@@ -174,13 +188,19 @@ func (p *Provider) allocate(ctx context.Context, rs []resource, req provider.Cre
 		}
 		return r.VMID, true, nil
 	}
-	for i := 0; i < 64; i++ {
+	for i := 0; i < maxProbes; i++ {
 		v := p.vmidFor(req.UID, i)
 		if !taken[v] {
 			return v, false, nil
 		}
+		if r, _ := find(rs, v); nameless(r) && r.Lock != "" && r.Template == 0 {
+			// A clone in progress at one of our probes may be ours, made
+			// before a restart: it is judged once its lock clears (the
+			// step probes past it if it is not).
+			return v, true, nil
+		}
 	}
-	return 0, false, provider.Errorf(provider.ErrQuotaExceeded, "no free VMID in [%d, %d] after 64 probes", p.cfg.VMIDMin, p.cfg.VMIDMax)
+	return 0, false, provider.Errorf(provider.ErrQuotaExceeded, "no free VMID in [%d, %d] after %d probes", p.cfg.VMIDMin, p.cfg.VMIDMax, maxProbes)
 }
 
 // provision is the create step: each part ensures, so a rerun after a
@@ -192,6 +212,14 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 	r, err := p.waitUnlocked(ctx, vmid, progress)
 	if err != nil {
 		return err
+	}
+	if cloneUPID == "" {
+		// Not cloned by this call: an entry that was nameless and locked
+		// when Create chose it (a clone before a restart, or another's)
+		// is ours only by name and mark.
+		if err := p.adoptable(ctx, r, req); err != nil {
+			return err
+		}
 	}
 	node := r.Node
 	created := createdFromTags(r.Tags)
@@ -218,12 +246,12 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 		return nil
 	}
 	progress("uploading seed ISO")
-	iso, err := nocloud.Build(nocloud.Seed{InstanceID: req.Name, LocalHostname: req.Name, UserData: req.CloudInit,
+	iso, err := nocloud.Build(nocloud.Seed{InstanceID: req.Name, LocalHostname: req.Name, UserData: pl.userData,
 		VendorData: nocloud.GuestAgentVendorData})
 	if err != nil {
 		return err
 	}
-	upid, err := p.api.upload(ctx, node, p.cfg.ISOStorage, seedName(req.Name), iso)
+	upid, err := p.api.upload(ctx, node, p.cfg.ISOStorage, seedName(req.Name, p.opts.InstallationID, req.UID), iso)
 	if err != nil {
 		return err
 	}
@@ -234,7 +262,7 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 	params := url.Values{
 		"cores": {strconv.Itoa(pl.machine.Cores)}, "memory": {strconv.Itoa(pl.machine.MemoryMB)},
 		"agent": {"1"},
-		"ide2":  {p.cfg.ISOStorage + ":iso/" + seedName(req.Name) + ",media=cdrom"},
+		"ide2":  {p.cfg.ISOStorage + ":iso/" + seedName(req.Name, p.opts.InstallationID, req.UID) + ",media=cdrom"},
 	}
 	if p.cfg.Bridge != "" {
 		n := "virtio,bridge=" + p.cfg.Bridge
@@ -264,4 +292,23 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 		return err
 	}
 	return p.wait(ctx, node, upid, "start", progress)
+}
+
+// adoptable judges a VM this create did not clone: another name is a
+// Transient failure (the next Create probes past it); our name without our
+// mark, or with another UID, is the adoption error.
+func (p *Provider) adoptable(ctx context.Context, r resource, req provider.CreateRequest) error {
+	if r.Name != req.Name {
+		return provider.Errorf(provider.ErrTransient, "VM %d, whose clone was in progress at one of %s's VMIDs, is %q, not ours: the next Create probes past it", r.VMID, req.Name, r.Name)
+	}
+	m := p.marksFromTags(r.Tags)
+	if !m.Managed {
+		cfg, err := p.api.config(ctx, r.Node, r.VMID)
+		if err != nil {
+			return err
+		}
+		d, _ := cfg["description"].(string)
+		m = marksFromDescription(d)
+	}
+	return provider.AdoptionError(provider.CheckAdoption(m, p.opts.InstallationID, req.UID), req.Name)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
@@ -76,44 +77,38 @@ func (p *Provider) destroy(ctx context.Context, vmid int, name string, progress 
 		}
 		return p.deleteSeeds(ctx, name)
 	}
-	path := vmPath(r.Node, vmid)
-	if r.Status != "stopped" || r.Lock == "suspended" {
-		upid, err := p.api.upid(ctx, http.MethodPost, path+"/status/stop", nil)
-		if err != nil && !errors.Is(err, provider.ErrNotFound) {
-			return err
-		}
-		if err := p.wait(ctx, r.Node, upid, "stop", progress); err != nil && !errors.Is(err, provider.ErrNotFound) {
-			return err
-		}
-	}
 	if err := p.deleteSeeds(ctx, name); err != nil {
 		return err
 	}
-	upid, err := p.api.upid(ctx, http.MethodDelete, path, url.Values{"purge": {"1"}, "destroy-unreferenced-disks": {"1"}})
-	if errors.Is(err, provider.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if err := p.wait(ctx, r.Node, upid, "destroy", progress); err != nil && !errors.Is(err, provider.ErrNotFound) {
-		return err
-	}
-	return nil
-}
-
-// deleteSeeds removes the seed ISO on every configured node (a VM may have
-// migrated away from the node its seed was uploaded to).
-func (p *Provider) deleteSeeds(ctx context.Context, name string) error {
-	for _, node := range p.cfg.Nodes {
-		vol := p.cfg.ISOStorage + ":iso/" + seedName(name)
-		upid, err := p.api.upid(ctx, http.MethodDelete, "/nodes/"+node+"/storage/"+p.cfg.ISOStorage+"/content/"+vol, nil)
-		if err != nil && !errors.Is(err, provider.ErrNotFound) {
+	// A start task the cancelled create step submitted may still power
+	// the VM on after the status read: PVE then refuses the destroy ("is
+	// running - destroy failed"), and the VM is stopped again.
+	for attempt := 0; ; attempt++ {
+		path := vmPath(r.Node, vmid)
+		if r.Status != "stopped" || r.Lock == "suspended" || attempt > 0 {
+			upid, err := p.api.upid(ctx, http.MethodPost, path+"/status/stop", nil)
+			if err != nil && !errors.Is(err, provider.ErrNotFound) {
+				return err
+			}
+			if err := p.wait(ctx, r.Node, upid, "stop", progress); err != nil && !errors.Is(err, provider.ErrNotFound) {
+				return err
+			}
+		}
+		upid, err := p.api.upid(ctx, http.MethodDelete, path, url.Values{"purge": {"1"}, "destroy-unreferenced-disks": {"1"}})
+		if err == nil {
+			err = p.wait(ctx, r.Node, upid, "destroy", progress)
+		}
+		switch {
+		case err == nil, errors.Is(err, provider.ErrNotFound):
+			return nil
+		case !strings.Contains(err.Error(), "is running") || attempt >= 3:
 			return err
 		}
-		if err := p.wait(ctx, node, upid, "seed delete", func(string) {}); err != nil && !errors.Is(err, provider.ErrNotFound) {
+		if r, err = p.waitUnlocked(ctx, vmid, progress); err != nil {
+			if errors.Is(err, provider.ErrNotFound) {
+				return nil
+			}
 			return err
 		}
 	}
-	return nil
 }

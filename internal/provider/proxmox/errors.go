@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
@@ -19,6 +21,34 @@ type apiError struct {
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("PVE %d: %s", e.Status, e.Message) }
+
+// decodeError reads PVE's error answer: the body's message, else the
+// reason phrase (pve-http-server's own errors, such as 401, have no body),
+// with a 400's per-parameter errors appended in key order.
+func decodeError(status int, statusLine string, body []byte) *apiError {
+	var env struct {
+		Message string            `json:"message"`
+		Errors  map[string]string `json:"errors"`
+	}
+	_ = json.Unmarshal(body, &env)
+	msg := strings.TrimSpace(env.Message)
+	if msg == "" {
+		_, msg, _ = strings.Cut(statusLine, " ")
+	}
+	if len(env.Errors) > 0 {
+		keys := make([]string, 0, len(env.Errors))
+		for k := range env.Errors {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + ": " + strings.TrimSpace(env.Errors[k])
+		}
+		msg += " (" + strings.Join(parts, "; ") + ")"
+	}
+	return &apiError{Status: status, Message: msg}
+}
 
 // classifyTransport: TLS verification failures are Permanent (a retry
 // meets the same certificate); the rest, cancellation included, Transient.

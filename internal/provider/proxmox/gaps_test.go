@@ -57,7 +57,8 @@ func TestGapCloneLockNeverClears(t *testing.T) {
 	vmid, _, _ := parseID(in.ID)
 	e.fake.SetVMRunning(vmid, "")
 	e.fake.SetLock(vmid, "clone")
-	in2, err := e.p.Create(ctx, req)
+	lctx, logs := logCtx(t)
+	in2, err := e.p.Create(lctx, req)
 	must(t, err)
 	if in2.ID != in.ID {
 		t.Fatalf("adopted ID %s, want %s", in2.ID, in.ID)
@@ -73,6 +74,10 @@ func TestGapCloneLockNeverClears(t *testing.T) {
 		}
 		return nil
 	})
+	// One V(1) line for the wait, not one per poll.
+	if n := countLines(logs.String(), lockWaitLine); n != 1 || !strings.Contains(logs.String(), fmt.Sprintf(`"vmid"=%d`, vmid)) {
+		t.Errorf("%d %q lines, want 1 naming VMID %d:\n%s", n, lockWaitLine, vmid, logs)
+	}
 }
 
 // TestGapVMIDRangeSharedWithHumans: a human's VM on the VMID the UID hashes

@@ -23,6 +23,11 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 	if st.Err != nil {
 		return provider.Instance{}, st.Err
 	}
+	if ds := p.dels.Poll(name); ds.Err != nil {
+		// A failed delete step is the next call's error, so the reconciler
+		// calls Delete again instead of reading the VM as still there.
+		return provider.Instance{}, ds.Err
+	}
 	in, err := p.get(withOp(ctx, provider.OpGet), vmid, name)
 	if st.Running {
 		// The step's progress, unless the backend shows the VM gone after

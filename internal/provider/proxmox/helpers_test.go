@@ -3,10 +3,16 @@ package proxmox
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/proxmox/fakepve"
@@ -22,9 +28,9 @@ type env struct {
 	dir  string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, opts ...fakepve.Option) *env {
 	t.Helper()
-	fake := fakepve.New().Start()
+	fake := fakepve.New(opts...).Start()
 	t.Cleanup(fake.Close)
 	dir := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(dir, "token"), []byte(fake.Token()+"\n"), 0o600))
@@ -72,4 +78,37 @@ func waitRunning(t *testing.T, p *Provider, id string) provider.Instance {
 		return nil
 	})
 	return in
+}
+
+func httpRequest(method, url, token string) (*http.Request, error) {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", token)
+	return req, nil
+}
+
+// logBuffer collects log lines (the provider logs from its own goroutines).
+type logBuffer struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logBuffer) write(prefix, args string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, strings.TrimSpace(prefix+" "+args))
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// logCtx is a ctx whose logger writes every tier to the returned buffer.
+func logCtx(t *testing.T) (context.Context, *logBuffer) {
+	buf := &logBuffer{}
+	return logr.NewContext(t.Context(), funcr.New(buf.write, funcr.Options{Verbosity: 10})), buf
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
@@ -52,7 +53,7 @@ func TestLifecycleOverFake(t *testing.T) {
 	if l, err := other.ListByTag(ctx); err != nil || len(l) != 0 {
 		t.Fatalf("other installation lists %+v, %v", l, err)
 	}
-	if vols := e.fake.Volumes("pve1", "local"); !hasVolume(vols, "proxy-a-seed.iso") {
+	if vols := e.fake.Volumes("pve1", "local"); !hasVolume(vols, seedName("proxy-a", testInstallation, "11111111-2222-3333-4444-555555555555")) {
 		t.Fatalf("seed ISO not uploaded: %+v", vols)
 	}
 	must(t, e.p.Delete(ctx, in.ID))
@@ -72,7 +73,7 @@ func TestLifecycleOverFake(t *testing.T) {
 	if _, ok := e.fake.VM(vmid); ok {
 		t.Fatalf("VM %d still exists", vmid)
 	}
-	if vols := e.fake.Volumes("pve1", "local"); hasVolume(vols, "proxy-a-seed.iso") {
+	if vols := e.fake.Volumes("pve1", "local"); hasVolume(vols, seedName("proxy-a", testInstallation, "11111111-2222-3333-4444-555555555555")) {
 		t.Fatalf("seed ISO left behind: %+v", vols)
 	}
 	must(t, e.p.Delete(ctx, in.ID)) // gone is done
@@ -85,4 +86,44 @@ func hasVolume[V any](vols []V, name string) bool {
 		}
 	}
 	return false
+}
+
+// A Delete while the create step's start task runs: Delete cancels the
+// step, but PVE runs the submitted task on and powers the VM on after the
+// delete step read it stopped; PVE then refuses the destroy ("is running -
+// destroy failed"). The VM is stopped again and destroyed, and Get reads
+// NotFound (it read Running forever, the delete step's failure unseen).
+func TestDeleteWhileStartTaskRuns(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.fake.SetTaskPolls("qmstart", 30)
+	in, err := e.p.Create(ctx, request("proxy-startdel", "b1111111-2222-3333-4444-555555555555"))
+	must(t, err)
+	testenv.EventuallyNil(t, "the start task running", func() error {
+		got, err := e.p.Get(ctx, in.ID)
+		if err != nil {
+			return err
+		}
+		if got.Progress != "start task running" {
+			return fmt.Errorf("progress %q", got.Progress)
+		}
+		return nil
+	})
+	stop := e.fake.StartClock(time.Millisecond) // the start task ends on its own, as PVE's does
+	t.Cleanup(stop)
+	must(t, e.p.Delete(ctx, in.ID))
+	vmid, _, _ := parseID(in.ID)
+	testenv.EventuallyNil(t, "Get NotFound after Delete", func() error {
+		_, err := e.p.Get(ctx, in.ID)
+		switch {
+		case errors.Is(err, provider.ErrNotFound):
+			return nil
+		case err != nil:
+			_ = e.p.Delete(ctx, in.ID) // the reconciler's next pass
+		}
+		return fmt.Errorf("Get after Delete: %v", err)
+	})
+	if _, ok := e.fake.VM(vmid); ok {
+		t.Fatalf("VM %d still exists", vmid)
+	}
 }

@@ -7,15 +7,19 @@ import (
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/inflight"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/keyedlock"
 )
 
 // Provider is the proxmox provider.
 type Provider struct {
-	name  string
-	opts  provider.Options
-	cfg   Config
+	name string
+	opts provider.Options
+	cfg  Config
+	// dest is what the instances' generated Squid config lets clients
+	// reach, built once from the entry's egress settings.
+	dest  *egress.Policy
 	api   *client
 	names keyedlock.Locks
 	steps *inflight.Table
@@ -29,6 +33,10 @@ type Provider struct {
 	resList []resource
 	resWait chan struct{}
 	window  time.Duration
+
+	// onStepStarted, when set (tests), is told of every create step
+	// started, with the channel closed when it has ended.
+	onStepStarted func(name string, done <-chan struct{})
 
 	// creating holds the creates started here, for ListByTag while the
 	// clone runs (the VM carries no tag until its first config).
@@ -60,7 +68,7 @@ func New(name string, cfg Config, opts provider.Options) (*Provider, error) {
 		return nil, provider.Wrap(name, "new", provider.ErrPermanent, errs.ToAggregate())
 	}
 	return &Provider{
-		name: name, opts: opts, cfg: cfg,
+		name: name, opts: opts, cfg: cfg, dest: cfg.Settings.Policy(),
 		api: &client{base: strings.TrimRight(cfg.URL, "/"), tokenFile: cfg.TokenFile, caFile: cfg.CAFile,
 			insecure: cfg.InsecureSkipTLSVerify, timeout: time.Duration(cfg.RequestTimeoutSeconds) * time.Second},
 		steps: inflight.New(provider.OpCreate), dels: inflight.New(provider.OpDelete),

@@ -2,6 +2,7 @@ package proxmox
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
@@ -53,3 +54,7 @@ func find(rs []resource, vmid int) (resource, bool) {
 	}
 	return resource{}, false
 }
+
+// nameless: an entry whose config has no name yet (a clone in progress),
+// which /cluster/resources shows as "VM <vmid>".
+func nameless(r resource) bool { return r.Name == "" || r.Name == "VM "+strconv.Itoa(r.VMID) }

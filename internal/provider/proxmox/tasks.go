@@ -22,7 +22,11 @@ func (p *Provider) wait(ctx context.Context, node, upid, what string, progress f
 			return err
 		}
 		if ts.Status == "stopped" {
-			return classifyTask(what, ts.ExitStatus)
+			err := classifyTask(what, ts.ExitStatus)
+			if err != nil {
+				logger(ctx).V(1).Info(taskFailLine, "node", node, "task", what, "upid", upid, "exitStatus", ts.ExitStatus)
+			}
+			return err
 		}
 		detail := what + " task running"
 		if what == "clone" {
@@ -47,6 +51,7 @@ func (p *Provider) waitUnlocked(ctx context.Context, vmid int, progress func(str
 	t := time.NewTicker(p.taskPoll)
 	defer t.Stop()
 	start := time.Now()
+	logged := false
 	for {
 		rs, err := p.resources(ctx, true)
 		if err != nil {
@@ -61,6 +66,10 @@ func (p *Provider) waitUnlocked(ctx context.Context, vmid int, progress func(str
 		}
 		if time.Since(start) > 10*time.Minute {
 			return r, provider.Errorf(provider.ErrTransient, "VM %d is still locked (%s) after %s; if no task runs on it, clear it with `qm unlock %d` on node %s", vmid, r.Lock, time.Since(start).Round(time.Second), vmid, r.Node)
+		}
+		if !logged {
+			logger(ctx).V(1).Info(lockWaitLine, "vmid", vmid, "node", r.Node, "lock", r.Lock)
+			logged = true
 		}
 		progress(fmt.Sprintf("VM %d locked (%s); waiting (qm unlock %d if it never clears)", vmid, r.Lock, vmid))
 		select {
