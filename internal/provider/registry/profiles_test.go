@@ -39,15 +39,6 @@ func profiledPackages() []profiled {
 	}
 }
 
-// pending names, per provider type, the checks of a profile that describes
-// work under way on another branch (issue 11: the proxmox seed ISOs as
-// secondary resources, and the generated Squid cloud-config in the seed).
-// A pending check must fail: once the code has caught up the test says so,
-// and the line is to be removed.
-var pending = map[string][]string{
-	proxmox.Type: {"secondary-lister", "generated-cloud-config"},
-}
-
 // TestProfilesMatchCode checks every shipped provider's profile (the
 // source of docs/providers.md) against the code it describes: the profiles
 // cover DefaultTypes exactly; each is valid; Checker and SecondaryLister
@@ -90,12 +81,6 @@ func TestProfilesMatchCode(t *testing.T) {
 			src := scanPackage(t, p.impl)
 			check := func(name string, ok bool, format string, args ...any) {
 				t.Helper()
-				if slices.Contains(pending[prof.Types[0]], name) {
-					if ok {
-						t.Errorf("pending check %q now passes: remove it from pending", name)
-					}
-					return
-				}
 				if !ok {
 					t.Errorf(format, args...)
 				}
