@@ -203,6 +203,10 @@ func (p *Provider) allocate(ctx context.Context, rs []resource, req provider.Cre
 	return 0, false, provider.Errorf(provider.ErrQuotaExceeded, "no free VMID in [%d, %d] after %d probes", p.cfg.VMIDMin, p.cfg.VMIDMax, maxProbes)
 }
 
+// seedUploadBound bounds a seed upload and its task, which a cancel does
+// not cut short (a seed is tens of KiB; PVE moves it in within seconds).
+const seedUploadBound = 2 * time.Minute
+
 // provision is the create step: each part ensures, so a rerun after a
 // restart resumes.
 func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl plan, vmid int, cloneUPID string, progress func(string)) error {
@@ -251,12 +255,22 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 	if err != nil {
 		return err
 	}
-	upid, err := p.api.upload(ctx, node, p.cfg.ISOStorage, seedName(req.Name, p.opts.InstallationID, req.UID), iso)
+	// The upload and the task that moves the file into the storage are
+	// seen through even when Delete cancels the step: PVE stores an upload
+	// it has received whether or not the client still waits, so a seed cut
+	// off mid-flight would land after Delete removed the seeds. The cancel
+	// is honoured once the file is in place.
+	upCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), seedUploadBound)
+	defer cancel()
+	upid, err := p.api.upload(upCtx, node, p.cfg.ISOStorage, seedName(req.Name, p.opts.InstallationID, req.UID), iso)
 	if err != nil {
 		return err
 	}
-	if err := p.wait(ctx, node, upid, "upload", progress); err != nil {
+	if err := p.wait(upCtx, node, upid, "upload", progress); err != nil {
 		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return provider.Errorf(provider.ErrTransient, "create step stopped after the seed upload: %w", err)
 	}
 	progress("configuring VM")
 	params := url.Values{

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/proxmox/fakepve"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -125,5 +126,65 @@ func TestDeleteWhileStartTaskRuns(t *testing.T) {
 	})
 	if _, ok := e.fake.VM(vmid); ok {
 		t.Fatalf("VM %d still exists", vmid)
+	}
+}
+
+// A Delete while the seed upload is in flight (seen once in the conformance
+// suite under load: Get read NotFound and the seed ISO was still listed).
+// PVE stores an upload it has received even when the client stops waiting
+// for the answer, so an upload cancelled mid-flight could land after Delete
+// had removed the seeds: the step sees the upload through (the cancel is
+// honoured once it is answered), and nothing is left once Get says NotFound.
+func TestDeleteDuringSeedUploadLeavesNoSeed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.fake.FailNext(fakepve.Fault{Method: "POST", Path: "nodes/*/storage/*/upload", Hold: 3})
+	in, err := e.p.Create(ctx, request("proxy-updel", "c1111111-2222-3333-4444-555555555555"))
+	must(t, err)
+	testenv.Eventually(t, "the seed upload held by PVE", func() bool { return e.fake.Holding() == 1 })
+	// The reconciler's Delete, bounded as its calls are; with the upload
+	// seen through it may give up waiting for the step, and is called again.
+	bounded, cancel := context.WithTimeout(ctx, time.Second)
+	firstErr := e.p.Delete(bounded, in.ID)
+	cancel()
+	// Whatever that Delete started ends first; then PVE answers the upload.
+	testenv.EventuallyNil(t, "the first delete's step done", func() error {
+		if e.p.dels.Running("proxy-updel") {
+			return errors.New("delete step running")
+		}
+		return nil
+	})
+	e.fake.Advance(3) // PVE answers the upload and starts moving the file in
+	stop := e.fake.StartClock(time.Millisecond) // its tasks end on their own, as PVE's do
+	t.Cleanup(stop)
+	testenv.Eventually(t, "the upload answered and its task ended", func() bool {
+		if e.fake.Holding() > 0 {
+			return false
+		}
+		for _, tk := range e.fake.Tasks() {
+			if tk.Running {
+				return false
+			}
+		}
+		return true
+	})
+	testenv.EventuallyNil(t, "Get NotFound after Delete", func() error {
+		_, err := e.p.Get(ctx, in.ID)
+		switch {
+		case errors.Is(err, provider.ErrNotFound):
+			return nil
+		case err != nil || firstErr != nil:
+			firstErr = e.p.Delete(ctx, in.ID) // the reconciler's next pass
+		}
+		return fmt.Errorf("Get after Delete: %v", err)
+	})
+	testenv.EventuallyNil(t, "the delete step done", func() error {
+		if e.p.dels.Running("proxy-updel") {
+			return errors.New("delete step running")
+		}
+		return nil
+	})
+	if vols := e.fake.Volumes("pve1", "local"); hasVolume(vols, "proxy-updel") {
+		t.Fatalf("seed ISO left after Get read NotFound: %+v", vols)
 	}
 }
