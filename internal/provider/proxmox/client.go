@@ -203,15 +203,22 @@ func (c *client) task(ctx context.Context, node, upid string) (taskStatus, error
 	return ts, err
 }
 
-// taskLogTail is the last log line, for progress ("transferred ... (40.00%)").
-func (c *client) taskLogTail(ctx context.Context, node, upid string) string {
+// taskLog reads the task's log lines after the first start (PVE numbers
+// them from 1; start skips that many), so a long task's log is read once,
+// not again on every poll: a clone's qemu-img progress grows by a line per
+// percent, and a read from 0 with a limit would stop at the first lines.
+func (c *client) taskLog(ctx context.Context, node, upid string, start int) ([]string, error) {
 	var lines []struct {
 		T string `json:"t"`
 	}
-	if err := c.do(ctx, http.MethodGet, "/nodes/"+node+"/tasks/"+url.PathEscape(upid)+"/log", url.Values{"start": {"0"}, "limit": {"500"}}, &lines); err != nil || len(lines) == 0 {
-		return ""
+	if err := c.do(ctx, http.MethodGet, "/nodes/"+node+"/tasks/"+url.PathEscape(upid)+"/log", url.Values{"start": {strconv.Itoa(start)}, "limit": {"500"}}, &lines); err != nil {
+		return nil, err
 	}
-	return lines[len(lines)-1].T
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = l.T
+	}
+	return out, nil
 }
 
 // upload sends an ISO with a Content-Length (PVE refuses chunked bodies).

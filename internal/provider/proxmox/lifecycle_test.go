@@ -154,7 +154,7 @@ func TestDeleteDuringSeedUploadLeavesNoSeed(t *testing.T) {
 		}
 		return nil
 	})
-	e.fake.Advance(3) // PVE answers the upload and starts moving the file in
+	e.fake.Advance(3)                           // PVE answers the upload and starts moving the file in
 	stop := e.fake.StartClock(time.Millisecond) // its tasks end on their own, as PVE's do
 	t.Cleanup(stop)
 	testenv.Eventually(t, "the upload answered and its task ended", func() bool {

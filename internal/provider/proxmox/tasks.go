@@ -16,6 +16,7 @@ func (p *Provider) wait(ctx context.Context, node, upid, what string, progress f
 	}
 	t := time.NewTicker(p.taskPoll)
 	defer t.Stop()
+	detail, logRead := what+" task running", 0
 	for {
 		ts, err := p.api.task(ctx, node, upid)
 		if err != nil {
@@ -28,10 +29,17 @@ func (p *Provider) wait(ctx context.Context, node, upid, what string, progress f
 			}
 			return err
 		}
-		detail := what + " task running"
 		if what == "clone" {
-			if m := pctRE.FindStringSubmatch(p.api.taskLogTail(ctx, node, upid)); m != nil {
-				detail = fmt.Sprintf("clone task %s%%", m[1])
+			// Only a full clone logs its copy's percentage; a progress
+			// read that fails leaves the last one (the status decides).
+			if lines, err := p.api.taskLog(ctx, node, upid, logRead); err == nil {
+				logRead += len(lines)
+				for i := len(lines) - 1; i >= 0; i-- {
+					if m := pctRE.FindStringSubmatch(lines[i]); m != nil {
+						detail = fmt.Sprintf("clone task %s%%", m[1])
+						break
+					}
+				}
 			}
 		}
 		progress(detail)
