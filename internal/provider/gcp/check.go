@@ -12,6 +12,7 @@ import (
 	"google.golang.org/api/googleapi"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 )
 
 // defaultEndpointHost is the Compute API's host when the entry names no
@@ -35,7 +36,7 @@ var regionalQuotas = []string{"CPUS", "IN_USE_ADDRESSES", "INSTANCES"}
 // enabled); Unreachable (no HTTP answer); Timeout (the check's ctx ended);
 // APIError (any other answer, a wrong endpoint's 404 included).
 func (p *Provider) Check(ctx context.Context) provider.CheckResult {
-	ctx = withOp(ctx, provider.OpCheck)
+	ctx = httpobserve.WithOp(ctx, provider.OpCheck)
 	res := provider.CheckResult{
 		Target:  "projects/" + p.cfg.Project,
 		Address: p.endpointHost(),

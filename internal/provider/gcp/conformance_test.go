@@ -16,6 +16,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp/fakecompute"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp/gcptest"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/providertest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
@@ -29,7 +30,7 @@ func TestConformance(t *testing.T) {
 		Name: testName,
 		Type: Type,
 		New: func(t *testing.T, installation string) (provider.Provider, providertest.Backend) {
-			b := &fakeBackend{env: gcptest.New(t), installation: installation, holds: map[string]*heldInsert{}}
+			b := &fakeBackend{env: gcptest.New(t), installation: installation}
 			return b.newProvider(t), b
 		},
 		Request: func(_ *testing.T, proxyName, uid string) provider.CreateRequest {
@@ -51,9 +52,10 @@ type fakeBackend struct {
 	installation string
 	faults       providertest.Faults
 
-	mu    sync.Mutex
-	p     *Provider
-	holds map[string]*heldInsert
+	holds providertest.StepHolds // the insert is the held request
+
+	mu sync.Mutex
+	p  *Provider
 }
 
 var (
@@ -71,7 +73,7 @@ func (b *fakeBackend) newProvider(t *testing.T) *Provider {
 		t.Fatal(err)
 	}
 	p.wireSeam = b.transport
-	p.onStepStarted = b.stepStarted
+	p.onStepStarted = b.holds.StepStarted
 	t.Cleanup(func() { _ = p.Close() })
 	b.mu.Lock()
 	b.p = p
@@ -89,40 +91,8 @@ func (b *fakeBackend) Restart(t *testing.T) provider.Provider {
 	return b.newProvider(t)
 }
 
-// heldInsert is a HoldCreate: the next insert of its instance waits for
-// release; its result is the fault queued for it (nil: none).
-type heldInsert struct {
-	release chan struct{}
-	once    sync.Once
-	err     error
-	// taken is set once an insert met the hold; later inserts pass.
-	taken bool
-	done  chan struct{}
-	wired bool
-}
-
 func (b *fakeBackend) HoldCreate(t *testing.T, name string) providertest.Hold {
-	h := &heldInsert{release: make(chan struct{}), done: make(chan struct{})}
-	b.mu.Lock()
-	b.holds[name] = h
-	b.mu.Unlock()
-	return providertest.Hold{
-		Release: func(err error) { h.once.Do(func() { h.err = err; close(h.release) }) },
-		Done:    h.done,
-	}
-}
-
-// stepStarted wires a hold's Done to the step the hold is for: closed once
-// the step has ended and its result is what Create and Get report.
-func (b *fakeBackend) stepStarted(name string, done <-chan struct{}) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	h := b.holds[name]
-	if h == nil || h.wired {
-		return
-	}
-	h.wired = true
-	go func() { <-done; close(h.done) }()
+	return b.holds.Hold(name)
 }
 
 // asyncFault is how the fake fails an insert, after accepting it, in the
@@ -165,13 +135,13 @@ func (b *fakeBackend) transport(next http.RoundTripper) http.RoundTripper {
 		if !strings.HasPrefix(req.URL.Path, "/compute/v1/") {
 			return next.RoundTrip(req)
 		}
-		op := opOf(req.Context())
-		if op == opCreateStep && req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/instances") {
+		op := httpobserve.OpOf(req.Context())
+		if op == httpobserve.OpCreateStep && req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/instances") {
 			if err := b.holdInsert(req); err != nil {
 				return nil, err
 			}
 		}
-		if op != "" && op != opCreateStep && op != opDeleteStep {
+		if op != "" && op != httpobserve.OpCreateStep && op != httpobserve.OpDeleteStep {
 			injected, err := b.faults.Next(req.Context(), op)
 			if err != nil {
 				return nil, err
@@ -195,22 +165,11 @@ func (b *fakeBackend) holdInsert(req *http.Request) error {
 		Name string `json:"name"`
 	}
 	_ = json.Unmarshal(body, &in)
-	b.mu.Lock()
-	h := b.holds[in.Name]
-	if h == nil || h.taken {
-		b.mu.Unlock()
-		return nil
+	held, class, err := b.holds.Wait(req.Context(), func(name string) bool { return name == in.Name })
+	if !held || err != nil || class == nil {
+		return err
 	}
-	h.taken = true
-	b.mu.Unlock()
-	select {
-	case <-h.release:
-	case <-req.Context().Done():
-		return req.Context().Err()
-	}
-	if h.err != nil {
-		b.env.Fake.FailNext(fakecompute.Fault{Method: http.MethodPost, Path: strings.TrimPrefix(req.URL.Path, "/compute/v1/"), Async: asyncFault(h.err)})
-	}
+	b.env.Fake.FailNext(fakecompute.Fault{Method: http.MethodPost, Path: strings.TrimPrefix(req.URL.Path, "/compute/v1/"), Async: asyncFault(class)})
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
 
@@ -71,7 +72,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 		return provider.Instance{}, err
 	}
 	log := logr.FromContextOrDiscard(ctx).WithValues("zone", pl.zone, "name", req.Name)
-	ctx = withOp(logr.NewContext(ctx, log), provider.OpCreate)
+	ctx = httpobserve.WithOp(logr.NewContext(ctx, log), provider.OpCreate)
 	fg, cancel := context.WithTimeout(ctx, foregroundBound)
 	defer cancel()
 	log.V(2).Info("gcp create resolved", "machineType", pl.machineType, "image", pl.image.path, "family", pl.family,
@@ -109,7 +110,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	p.creating.Add(req.Name, creatingInstance{zone: pl.zone, uid: req.UID, since: p.now()})
 	st, err := p.steps.Start(ctx, req.Name, progressQueued, func(ctx context.Context, progress func(string)) error {
 		defer p.creating.Remove(req.Name)
-		return p.createStep(withOp(ctx, opCreateStep), api, pl, req, progress)
+		return p.createStep(httpobserve.WithOp(ctx, httpobserve.OpCreateStep), api, pl, req, progress)
 	})
 	if err != nil {
 		p.creating.Remove(req.Name)

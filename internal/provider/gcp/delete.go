@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 )
 
 // Progress of a delete step.
@@ -40,7 +41,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	log := logr.FromContextOrDiscard(ctx).WithValues("zone", zone, "name", name)
-	ctx = withOp(logr.NewContext(ctx, log), provider.OpDelete)
+	ctx = httpobserve.WithOp(logr.NewContext(ctx, log), provider.OpDelete)
 	fg, cancel := context.WithTimeout(ctx, foregroundBound)
 	defer cancel()
 	unlock, err := p.names.Lock(fg, name)
@@ -84,7 +85,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	log.V(1).Info("gcp delete submitted", "operation", op.GetName())
 	provider.Note(ctx, "deleted", "submitted")
 	_, err = p.deleting.Start(ctx, name, progressDeleting, func(ctx context.Context, _ func(string)) error {
-		return p.deleteStep(withOp(ctx, opDeleteStep), api, zone, name, op)
+		return p.deleteStep(httpobserve.WithOp(ctx, httpobserve.OpDeleteStep), api, zone, name, op)
 	})
 	return err
 }

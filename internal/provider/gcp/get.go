@@ -8,6 +8,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 )
 
 // Get reads the instance, ours only (the marks; anything else is
@@ -27,7 +28,7 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 	if err != nil {
 		return provider.Instance{}, err
 	}
-	ctx = withOp(logr.NewContext(ctx, logr.FromContextOrDiscard(ctx).WithValues("zone", zone, "name", name)), provider.OpGet)
+	ctx = httpobserve.WithOp(logr.NewContext(ctx, logr.FromContextOrDiscard(ctx).WithValues("zone", zone, "name", name)), provider.OpGet)
 	ctx, cancel := context.WithTimeout(ctx, foregroundBound)
 	defer cancel()
 	st := p.steps.Poll(name)

@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp/fakecompute"
@@ -61,31 +59,14 @@ func testRequest(proxy string) provider.CreateRequest {
 	}
 }
 
-// logBuffer collects log lines (providers log from their own goroutines).
-type logBuffer struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logBuffer) write(prefix, args string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, strings.TrimSpace(prefix+" "+args))
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
-
-// logCtx is a ctx whose logger writes every tier to the returned buffer.
-func logCtx(t *testing.T) (context.Context, *logBuffer) { return logCtxAt(t, 10) }
+// logCtx is a ctx whose logger writes every tier to the returned lines
+// (providers log from their own goroutines).
+func logCtx(t *testing.T) (context.Context, *testenv.LogLines) { return logCtxAt(t, 10) }
 
 // logCtxAt is logCtx up to verbosity v.
-func logCtxAt(t *testing.T, v int) (context.Context, *logBuffer) {
-	buf := &logBuffer{}
-	return logr.NewContext(t.Context(), funcr.New(buf.write, funcr.Options{Verbosity: v})), buf
+func logCtxAt(t *testing.T, v int) (context.Context, *testenv.LogLines) {
+	logs := &testenv.LogLines{}
+	return logr.NewContext(t.Context(), logs.Logger(v)), logs
 }
 
 // bounded is the provider behind the method boundary, as the registry

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 )
 
 // ourFilter selects this installation's instances in the aggregated
@@ -88,7 +89,7 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	if err := provider.CtxErr(ctx, p.name, provider.OpList); err != nil {
 		return nil, err
 	}
-	ctx = withOp(ctx, provider.OpList)
+	ctx = httpobserve.WithOp(ctx, provider.OpList)
 	api, err := p.client()
 	if err != nil {
 		return nil, err
@@ -133,7 +134,7 @@ func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 	if err := provider.CtxErr(ctx, p.name, provider.OpListSecondary); err != nil {
 		return nil, err
 	}
-	ctx = withOp(ctx, provider.OpListSecondary)
+	ctx = httpobserve.WithOp(ctx, provider.OpListSecondary)
 	api, err := p.client()
 	if err != nil {
 		return nil, err
@@ -194,7 +195,7 @@ func (p *Provider) DeleteSecondary(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	ctx = withOp(ctx, provider.OpDeleteSecondary)
+	ctx = httpobserve.WithOp(ctx, provider.OpDeleteSecondary)
 	ctx, cancel := context.WithTimeout(ctx, foregroundBound)
 	defer cancel()
 	unlock, err := p.names.Lock(ctx, name)

@@ -2,7 +2,6 @@ package gcp
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"net/url"
@@ -52,26 +51,6 @@ var zoneListWarnings = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 func init() { crmetrics.Registry.MustRegister(zoneListWarnings) }
 
-// opKey tags a ctx with the provider operation it serves, for the wire log
-// and the tests' fault seam.
-type opKey struct{}
-
-// Operation tags: the lifecycle ops (provider.Op*) for what a caller waits
-// for, and these for what runs in the background.
-const (
-	opCreateStep = "create.step"
-	opDeleteStep = "delete.step"
-)
-
-func withOp(ctx context.Context, op string) context.Context {
-	return context.WithValue(ctx, opKey{}, op)
-}
-
-func opOf(ctx context.Context) string {
-	op, _ := ctx.Value(opKey{}).(string)
-	return op
-}
-
 // observeTransport wraps rt: the "gcp api call" line and the span of
 // every request (httpobserve), then the wire log.
 func (p *Provider) observeTransport(rt http.RoundTripper) http.RoundTripper {
@@ -87,7 +66,7 @@ func wireLog(next http.RoundTripper) http.RoundTripper {
 		}
 		start := time.Now()
 		resp, err := next.RoundTrip(req)
-		kv := []any{"op", opOf(req.Context()), "method", req.Method, "path", req.URL.Path,
+		kv := []any{"op", httpobserve.OpOf(req.Context()), "method", req.Method, "path", req.URL.Path,
 			"query", safeQuery(req.URL.Query()), "requestBody", elided(req.ContentLength),
 			"duration", time.Since(start).Round(time.Millisecond)}
 		if err != nil {

@@ -59,3 +59,13 @@ func TestTransportSpansOnlyUnderAParentAndLogsEachRequest(t *testing.T) {
 		t.Fatalf("log lines:\n%s", logs.String())
 	}
 }
+
+func TestOpRidesOnTheContext(t *testing.T) {
+	ctx := context.Background()
+	if op := OpOf(ctx); op != "" {
+		t.Errorf("OpOf(no op) = %q, want empty", op)
+	}
+	if op := OpOf(WithOp(WithOp(ctx, "get"), OpCreateStep)); op != OpCreateStep {
+		t.Errorf("OpOf = %q, want the innermost %q", op, OpCreateStep)
+	}
+}

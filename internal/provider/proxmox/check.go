@@ -9,11 +9,12 @@ import (
 	"sync"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 )
 
 // Check probes every node concurrently; the first unhealthy node decides.
 func (p *Provider) Check(ctx context.Context) provider.CheckResult {
-	ctx = withOp(ctx, provider.OpCheck)
+	ctx = httpobserve.WithOp(ctx, provider.OpCheck)
 	results := make([]provider.CheckResult, len(p.cfg.Nodes))
 	var wg sync.WaitGroup
 	for i, n := range p.cfg.Nodes {

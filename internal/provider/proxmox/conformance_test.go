@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/providertest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/proxmox/fakepve"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
@@ -30,7 +31,7 @@ func TestConformance(t *testing.T) {
 			// (a cancelled create's clone) still ends.
 			stop := e.fake.StartClock(5 * time.Millisecond)
 			t.Cleanup(stop)
-			b := &fakeBackend{env: e, installation: installation, holds: map[string]*heldUpload{}}
+			b := &fakeBackend{env: e, installation: installation}
 			return b.newProvider(t), b
 		},
 		Request: func(_ *testing.T, proxyName, uid string) provider.CreateRequest {
@@ -45,16 +46,17 @@ type fakeBackend struct {
 	installation string
 	faults       providertest.Faults
 
-	mu    sync.Mutex
-	p     *Provider
-	holds map[string]*heldUpload
+	holds providertest.StepHolds // the seed upload is the held request
+
+	mu sync.Mutex
+	p  *Provider
 }
 
 func (b *fakeBackend) newProvider(t *testing.T) *Provider {
 	p := b.env.newProvider(t, b.installation)
 	p.window = 0 // every Get reads, so a queued fault meets it
 	p.setWire(b.wire)
-	p.onStepStarted = b.stepStarted
+	p.onStepStarted = b.holds.StepStarted
 	b.mu.Lock()
 	b.p = p
 	b.mu.Unlock()
@@ -72,39 +74,8 @@ func (b *fakeBackend) Restart(t *testing.T) provider.Provider {
 	return b.newProvider(t)
 }
 
-// heldUpload is a HoldCreate: the next seed upload of its instance (the
-// create step's slow part after the clone) waits for release; its answer
-// is then the class's fault in PVE's form (nil: the upload goes on).
-type heldUpload struct {
-	release chan struct{}
-	once    sync.Once
-	err     error
-	taken   bool // an upload met the hold; later ones pass
-	done    chan struct{}
-	wired   bool
-}
-
 func (b *fakeBackend) HoldCreate(t *testing.T, name string) providertest.Hold {
-	h := &heldUpload{release: make(chan struct{}), done: make(chan struct{})}
-	b.mu.Lock()
-	b.holds[name] = h
-	b.mu.Unlock()
-	return providertest.Hold{
-		Release: func(err error) { h.once.Do(func() { h.err = err; close(h.release) }) },
-		Done:    h.done,
-	}
-}
-
-// stepStarted wires a hold's Done to the step the hold is for.
-func (b *fakeBackend) stepStarted(name string, done <-chan struct{}) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	h := b.holds[name]
-	if h == nil || h.wired {
-		return
-	}
-	h.wired = true
-	go func() { <-done; close(h.done) }()
+	return b.holds.Hold(name)
 }
 
 // holdUpload blocks a seed upload of a held instance until its release;
@@ -119,29 +90,13 @@ func (b *fakeBackend) holdUpload(req *http.Request) (*fakepve.Error, error) {
 		return nil, err
 	}
 	req.Body = io.NopCloser(bytes.NewReader(body))
-	b.mu.Lock()
-	var h *heldUpload
-	for name, cand := range b.holds {
-		if !cand.taken && bytes.Contains(body, []byte(`filename="`+name+seedSep)) {
-			h = cand
-			break
-		}
+	held, class, err := b.holds.Wait(req.Context(), func(name string) bool {
+		return bytes.Contains(body, []byte(`filename="`+name+seedSep))
+	})
+	if !held || err != nil || class == nil {
+		return nil, err
 	}
-	if h == nil {
-		b.mu.Unlock()
-		return nil, nil
-	}
-	h.taken = true
-	b.mu.Unlock()
-	select {
-	case <-h.release:
-	case <-req.Context().Done():
-		return nil, req.Context().Err()
-	}
-	if h.err != nil {
-		return syncFault(h.err), nil
-	}
-	return nil, nil
+	return syncFault(class), nil
 }
 
 var (
@@ -180,7 +135,7 @@ func syncFault(class error) *fakepve.Error {
 
 func (b *fakeBackend) wire(next http.RoundTripper) http.RoundTripper {
 	return rtFunc(func(req *http.Request) (*http.Response, error) {
-		op := opOf(req.Context())
+		op := httpobserve.OpOf(req.Context())
 		if op != "" {
 			injected, err := b.faults.Next(req.Context(), op)
 			if err != nil {

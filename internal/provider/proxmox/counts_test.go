@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -25,7 +26,7 @@ type opCounter struct {
 
 func (c *opCounter) wire(next http.RoundTripper) http.RoundTripper {
 	return rtFunc(func(req *http.Request) (*http.Response, error) {
-		op := opOf(req.Context())
+		op := httpobserve.OpOf(req.Context())
 		path := strings.TrimPrefix(req.URL.Path, "/api2/json")
 		if i := strings.Index(path, "/UPID:"); i >= 0 {
 			path = path[:i] + "/<upid>" + path[strings.LastIndex(path, "/"):]

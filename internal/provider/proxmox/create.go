@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/nocloud"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
@@ -19,7 +20,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	if err := provider.CtxErr(ctx, p.name, provider.OpCreate); err != nil {
 		return provider.Instance{}, err
 	}
-	inst, err := p.create(withOp(ctx, provider.OpCreate), req)
+	inst, err := p.create(httpobserve.WithOp(ctx, provider.OpCreate), req)
 	if err != nil {
 		return provider.Instance{}, provider.Wrap(p.name, provider.OpCreate, provider.ErrTransient, err)
 	}
@@ -134,7 +135,7 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 	p.creating[req.Name] = provider.Instance{ID: id, UID: req.UID, CreatedAt: time.Now()}
 	p.creatingMu.Unlock()
 	st, err := p.steps.Start(ctx, req.Name, "create started", func(ctx context.Context, progress func(string)) error {
-		return p.provision(withOp(ctx, opCreateStep), req, pl, vmid, cloneUPID, progress)
+		return p.provision(httpobserve.WithOp(ctx, httpobserve.OpCreateStep), req, pl, vmid, cloneUPID, progress)
 	})
 	if err != nil {
 		return provider.Instance{}, err

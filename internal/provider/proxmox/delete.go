@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 )
 
 // Delete cancels the create step, then stops, removes the seed ISO and
@@ -17,7 +18,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	if err := provider.CtxErr(ctx, p.name, provider.OpDelete); err != nil {
 		return err
 	}
-	ctx = withOp(ctx, provider.OpDelete)
+	ctx = httpobserve.WithOp(ctx, provider.OpDelete)
 	vmid, name, err := parseID(id)
 	if err != nil {
 		return provider.Wrap(p.name, provider.OpDelete, provider.ErrPermanent, err)
@@ -47,7 +48,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	candidate := ok && (r.Name == name || r.Lock != "")
 	_, err = p.dels.Start(ctx, name, "delete started", func(ctx context.Context, progress func(string)) error {
 		defer p.forgetResources()
-		ctx = withOp(ctx, opDeleteStep)
+		ctx = httpobserve.WithOp(ctx, httpobserve.OpDeleteStep)
 		if candidate {
 			return p.destroy(ctx, vmid, name, progress)
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 )
 
 // Get reads the VM: the shared /cluster/resources read, plus the agent
@@ -28,7 +29,7 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 		// calls Delete again instead of reading the VM as still there.
 		return provider.Instance{}, ds.Err
 	}
-	in, err := p.get(withOp(ctx, provider.OpGet), vmid, name)
+	in, err := p.get(httpobserve.WithOp(ctx, provider.OpGet), vmid, name)
 	if st.Running {
 		// The step's progress, unless the backend shows the VM gone after
 		// its clone, or taken by another.

@@ -6,13 +6,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/proxmox/fakepve"
@@ -89,26 +86,9 @@ func httpRequest(method, url, token string) (*http.Request, error) {
 	return req, nil
 }
 
-// logBuffer collects log lines (the provider logs from its own goroutines).
-type logBuffer struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logBuffer) write(prefix, args string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, strings.TrimSpace(prefix+" "+args))
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
-
-// logCtx is a ctx whose logger writes every tier to the returned buffer.
-func logCtx(t *testing.T) (context.Context, *logBuffer) {
-	buf := &logBuffer{}
-	return logr.NewContext(t.Context(), funcr.New(buf.write, funcr.Options{Verbosity: 10})), buf
+// logCtx is a ctx whose logger writes every tier to the returned lines
+// (the provider logs from its own goroutines).
+func logCtx(t *testing.T) (context.Context, *testenv.LogLines) {
+	logs := &testenv.LogLines{}
+	return logr.NewContext(t.Context(), logs.Logger(10)), logs
 }

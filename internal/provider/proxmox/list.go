@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 )
 
 // ListByTag is one cluster-wide read; the tag mark decides.
@@ -11,7 +12,7 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	if err := provider.CtxErr(ctx, p.name, provider.OpList); err != nil {
 		return nil, err
 	}
-	rs, err := p.resources(withOp(ctx, provider.OpList), true)
+	rs, err := p.resources(httpobserve.WithOp(ctx, provider.OpList), true)
 	if err != nil {
 		return nil, provider.Wrap(p.name, provider.OpList, provider.ErrTransient, err)
 	}

@@ -40,23 +40,6 @@ const (
 	lockWaitLine = "proxmox vm locked; waiting"
 )
 
-type opKey struct{}
-
-// The background steps' requests carry their own op names, so a fault
-// meant for a call's own request is not taken by a step running meanwhile.
-const (
-	opCreateStep = "create-step"
-	opDeleteStep = "delete-step"
-)
-
-// withOp records the provider operation a request serves (the wire log
-// and the tests' wire seam read it).
-func withOp(ctx context.Context, op string) context.Context {
-	return context.WithValue(ctx, opKey{}, op)
-}
-
-func opOf(ctx context.Context) string { s, _ := ctx.Value(opKey{}).(string); return s }
-
 // logger is the call's logger: the method boundary has named it and
 // tagged it with the provider.
 func logger(ctx context.Context) logr.Logger { return logr.FromContextOrDiscard(ctx) }
@@ -76,7 +59,7 @@ func wireLog(next http.RoundTripper) http.RoundTripper {
 		}
 		start := time.Now()
 		resp, err := next.RoundTrip(req)
-		kv := []any{"op", opOf(req.Context()), "method", req.Method, "path", req.URL.Path,
+		kv := []any{"op", httpobserve.OpOf(req.Context()), "method", req.Method, "path", req.URL.Path,
 			"query", req.URL.RawQuery, "requestBody", elided(req.ContentLength),
 			"duration", time.Since(start).Round(time.Millisecond)}
 		if err != nil {

@@ -89,7 +89,7 @@ func TestWireLogElidesPayloads(t *testing.T) {
 			upload = l
 		}
 	}
-	if !strings.Contains(upload, `"op"="create-step"`) || !strings.Contains(upload, `"requestBody"="elided `) {
+	if !strings.Contains(upload, `"op"="create.step"`) || !strings.Contains(upload, `"requestBody"="elided `) {
 		t.Errorf("the upload's wire line: %q\n%s", upload, text)
 	}
 	if n, m := countLines(text, `"msg"="proxmox wire"`), countLines(text, `"msg"="proxmox api call"`); n == 0 || n != m {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 )
 
 var _ provider.SecondaryLister = (*Provider)(nil)
@@ -114,7 +115,7 @@ func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 	if err := provider.CtxErr(ctx, p.name, provider.OpListSecondary); err != nil {
 		return nil, err
 	}
-	ctx = withOp(ctx, provider.OpListSecondary)
+	ctx = httpobserve.WithOp(ctx, provider.OpListSecondary)
 	seeds, err := p.listSeeds(ctx)
 	if err != nil {
 		return nil, provider.Wrap(p.name, provider.OpListSecondary, provider.ErrTransient, err)
@@ -149,7 +150,7 @@ func (p *Provider) DeleteSecondary(ctx context.Context, id string) error {
 	if err := provider.CtxErr(ctx, p.name, provider.OpDeleteSecondary); err != nil {
 		return err
 	}
-	ctx = withOp(ctx, provider.OpDeleteSecondary)
+	ctx = httpobserve.WithOp(ctx, provider.OpDeleteSecondary)
 	wrap := func(err error) error {
 		if err == nil {
 			return nil
