@@ -2,6 +2,7 @@ package httpobserve
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -67,5 +68,44 @@ func TestOpRidesOnTheContext(t *testing.T) {
 	}
 	if op := OpOf(WithOp(WithOp(ctx, "get"), OpCreateStep)); op != OpCreateStep {
 		t.Errorf("OpOf = %q, want the innermost %q", op, OpCreateStep)
+	}
+}
+
+// The wire log says what a request was without what it carried: no body
+// (a request body may be user-data), no credential in the query.
+func TestWireLogElidesBodiesAndCredentials(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"data":"SENTINEL-RESPONSE"}`))
+	}))
+	defer srv.Close()
+	var lines []string
+	log := funcr.New(func(prefix, args string) { lines = append(lines, prefix+" "+args) }, funcr.Options{Verbosity: WireVerbosity})
+	ctx := WithOp(logr.NewContext(context.Background(), log), OpCreateStep)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/upload?token=SENTINEL-TOKEN&node=pve1", strings.NewReader("SENTINEL-USERDATA"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{Transport: WireLog(http.DefaultTransport, "test wire")}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if string(body) != `{"data":"SENTINEL-RESPONSE"}` {
+		t.Errorf("the caller read %q: the wire log must hand the body on", body)
+	}
+	if len(lines) != 1 {
+		t.Fatalf("%d wire lines, want 1: %q", len(lines), lines)
+	}
+	line := lines[0]
+	for _, want := range []string{`"msg"="test wire"`, `"op"="create.step"`, `"method"="POST"`, `"path"="/upload"`, `node=pve1`, `token=redacted`,
+		`"requestBody"="elided 17 bytes"`, `"status"=200`, `"responseBody"="elided 28 bytes"`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("wire line lacks %s: %s", want, line)
+		}
+	}
+	if strings.Contains(line, "SENTINEL") {
+		t.Errorf("wire line carries a body or a credential: %s", line)
 	}
 }

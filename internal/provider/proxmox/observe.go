@@ -1,12 +1,8 @@
 package proxmox
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/go-logr/logr"
 
@@ -28,9 +24,6 @@ import (
 // Spans: one "HTTP <METHOD>" child span per request under the operation
 // span (httpobserve, parent-gated).
 
-// wireVerbosity is the wire log's tier.
-const wireVerbosity = 5
-
 // Log lines.
 const (
 	apiCallLine  = "proxmox api call"
@@ -47,48 +40,7 @@ func logger(ctx context.Context) logr.Logger { return logr.FromContextOrDiscard(
 // observeTransport wraps rt: the "proxmox api call" line and the span of
 // every request (httpobserve), then the wire log.
 func observeTransport(rt http.RoundTripper) http.RoundTripper {
-	return httpobserve.Transport(wireLog(rt), apiCallLine, nil)
-}
-
-// wireLog writes the V(5) wire line of every request.
-func wireLog(next http.RoundTripper) http.RoundTripper {
-	return httpobserve.RoundTripFunc(func(req *http.Request) (*http.Response, error) {
-		log := logger(req.Context()).V(wireVerbosity)
-		if !log.Enabled() {
-			return next.RoundTrip(req)
-		}
-		start := time.Now()
-		resp, err := next.RoundTrip(req)
-		kv := []any{"op", httpobserve.OpOf(req.Context()), "method", req.Method, "path", req.URL.Path,
-			"query", req.URL.RawQuery, "requestBody", elided(req.ContentLength),
-			"duration", time.Since(start).Round(time.Millisecond)}
-		if err != nil {
-			log.Info(wireLine, append(kv, "error", err.Error())...)
-			return resp, err
-		}
-		n := int64(-1)
-		if resp.Body != nil {
-			body, rerr := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			resp.Body = io.NopCloser(bytes.NewReader(body))
-			if rerr == nil {
-				n = int64(len(body))
-			}
-		}
-		log.Info(wireLine, append(kv, "status", resp.StatusCode, "responseBody", elided(n))...)
-		return resp, err
-	})
-}
-
-// elided describes a body by its size only.
-func elided(n int64) string {
-	switch {
-	case n < 0:
-		return "elided"
-	case n == 0:
-		return "none"
-	}
-	return "elided " + strconv.FormatInt(n, 10) + " bytes"
+	return httpobserve.Transport(httpobserve.WireLog(rt, wireLine), apiCallLine, nil)
 }
 
 // setWire installs a RoundTripper wrapper under the instrumented transport
