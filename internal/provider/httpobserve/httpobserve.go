@@ -3,8 +3,10 @@
 // logger of the request's ctx (the operation's), and one child span
 // "HTTP <METHOD>" per request under the operation span. Spans are
 // parent-gated: a request made outside any span starts no root trace of
-// its own. Request and response bodies are never logged, nor the query
-// (it may carry a token).
+// its own. Request and response bodies are never logged; the V(1) line
+// leaves the query out (it may carry a token), and the V(5) wire log
+// (WireLog) gives it with credential-like keys redacted. The operation a
+// request serves rides on its ctx (WithOp).
 package httpobserve
 
 import (
