@@ -88,6 +88,7 @@ type options struct {
 	dataDir   string
 	logf      func(format string, args ...any)
 	advertise string
+	apiArgs   [][2]string
 }
 
 // WithAssetsDir takes kube-apiserver and etcd from dir instead of
@@ -118,6 +119,12 @@ func WithDataDir(dir string) Option {
 // test host's namespace, which has no route out).
 func WithAdvertiseAddress(ip string) Option {
 	return func(o *options) { o.advertise = ip }
+}
+
+// WithAPIServerArg sets one more kube-apiserver flag (e.g.
+// service-cluster-ip-range, for a test that fills the Service range).
+func WithAPIServerArg(name, value string) Option {
+	return func(o *options) { o.apiArgs = append(o.apiArgs, [2]string{name, value}) }
 }
 
 // WithLogf sends New's progress lines (server version, start time) to logf;
@@ -169,6 +176,9 @@ func New(opts ...Option) (*Env, error) {
 		args := te.ControlPlane.APIServer.Configure()
 		args.Set("advertise-address", o.advertise)
 		args.Set("endpoint-reconciler-type", "none")
+	}
+	for _, a := range o.apiArgs {
+		te.ControlPlane.APIServer.Configure().Set(a[0], a[1])
 	}
 	if os.Getenv(startTimeoutEnv) == "" {
 		te.ControlPlaneStartTimeout = defaultStartTimeout

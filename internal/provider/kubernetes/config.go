@@ -29,6 +29,21 @@ const (
 	DefaultMemory = "256Mi"
 )
 
+// Service types an entry may choose (serviceType).
+const (
+	// ServiceHeadless gives each instance a headless Service (clusterIP:
+	// None): the DNS name <instance>.<namespace>.svc resolves to the Pod
+	// IP, with no virtual IP to allocate from the cluster's Service range,
+	// no kube-proxy rules per proxy on every node, and no kube-proxy SNAT
+	// hiding the client's source address from Squid's allowedSourceRanges.
+	// The default: the endpoint the operator reports is the Pod anyway.
+	ServiceHeadless = "Headless"
+	// ServiceClusterIP gives each instance a ClusterIP Service: a virtual
+	// IP that survives the Pod's replacement, for clients that pin an IP.
+	// Each one takes an address from the Service range.
+	ServiceClusterIP = "ClusterIP"
+)
+
 // Config is the `kubernetes` block of a providers config entry.
 type Config struct {
 	// Namespace runs every instance in this namespace. Empty: each instance
@@ -51,6 +66,8 @@ type Config struct {
 	// limits"): sustained requests per second, and the burst above it.
 	ClientQPS   float32 `json:"clientQPS,omitempty"`
 	ClientBurst int     `json:"clientBurst,omitempty"`
+	// ServiceType is ServiceHeadless (the default) or ServiceClusterIP.
+	ServiceType string `json:"serviceType,omitempty"`
 	// ClusterCIDRs are the cluster's Service and Pod ranges. The proxies
 	// deny them as destinations like the private ranges (which usually hold
 	// them already), so a cluster on other addresses is covered too.
@@ -81,6 +98,9 @@ func (c *Config) Default() {
 	if c.Resources.Memory == "" {
 		c.Resources.Memory = DefaultMemory
 	}
+	if c.ServiceType == "" {
+		c.ServiceType = ServiceHeadless
+	}
 	if c.ClientQPS == 0 {
 		c.ClientQPS = DefaultClientQPS
 	}
@@ -103,6 +123,9 @@ func (c *Config) Validate(path *field.Path) field.ErrorList {
 	if c.RunAsUser == nil || *c.RunAsUser <= 0 {
 		errs = append(errs, field.Invalid(path.Child("runAsUser"), c.RunAsUser,
 			"must be a UID above 0: Pod Security \"restricted\" forbids root"))
+	}
+	if c.ServiceType != ServiceHeadless && c.ServiceType != ServiceClusterIP {
+		errs = append(errs, field.NotSupported(path.Child("serviceType"), c.ServiceType, []string{ServiceHeadless, ServiceClusterIP}))
 	}
 	errs = append(errs, c.Resources.validate(path.Child("resources"), true)...)
 	if c.ClientQPS <= 0 {

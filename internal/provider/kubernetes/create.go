@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -129,6 +130,11 @@ func (p *Provider) ensureService(ctx context.Context, c clientset.Interface, s s
 	api := c.CoreV1().Services(s.namespace)
 	return ensure(ctx, p, s, "service", func() error {
 		_, err := api.Create(ctx, p.buildService(s), metav1.CreateOptions{})
+		if isServiceRangeFull(err) {
+			// Said once here, where the fix is known; classify keeps the
+			// class (the API status is still in the chain).
+			return fmt.Errorf("the cluster's Service ClusterIP range is full (kube-apiserver's --service-cluster-ip-range; `kubectl get servicecidrs` shows it): set serviceType: %s on this entry, which needs no ClusterIP, or widen the range: %w", ServiceHeadless, err)
+		}
 		return err
 	}, func() (*corev1.Service, error) {
 		return api.Get(ctx, s.name, metav1.GetOptions{})

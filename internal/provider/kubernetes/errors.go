@@ -34,6 +34,26 @@ func isQuota(err error) bool {
 	return s.Reason == metav1.StatusReasonForbidden && strings.Contains(s.Message, quotaMessage)
 }
 
+// serviceIPAllocation and rangeFull are in what kube-apiserver answers (a
+// 500 InternalError) when no ClusterIP is left: "Internal error occurred:
+// failed to allocate a serviceIP for Service \"x\": range is full". A
+// full range is a capacity answer: a retry soon gets the same, and each
+// retry re-created the instance's other objects.
+const (
+	serviceIPAllocation = "failed to allocate a serviceIP"
+	rangeFull           = "range is full"
+)
+
+func isServiceRangeFull(err error) bool {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return false
+	}
+	s := st.Status()
+	return s.Reason == metav1.StatusReasonInternalError && strings.Contains(s.Message, serviceIPAllocation) &&
+		strings.Contains(s.Message, rangeFull)
+}
+
 // classify gives an API error its class; what describes the call
 // ("creating pod ns/name") and leads the message.
 func classify(err error, what string) error {
@@ -50,7 +70,7 @@ func classOf(err error) error {
 		return provider.ErrTransient
 	case apierrors.IsNotFound(err):
 		return provider.ErrNotFound
-	case isQuota(err):
+	case isQuota(err), isServiceRangeFull(err):
 		return provider.ErrQuotaExceeded
 	case apierrors.IsTooManyRequests(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err),
 		apierrors.IsInternalError(err), apierrors.IsServiceUnavailable(err), apierrors.IsUnexpectedServerError(err),

@@ -269,10 +269,15 @@ func serviceHost(name, namespace string) string { return name + "." + namespace 
 
 // buildService gives the Pod the stable name <name>.<namespace>.svc.
 func (p *Provider) buildService(s spec) *corev1.Service {
+	clusterIP := "" // allocated from the Service range
+	if p.cfg.ServiceType == ServiceHeadless {
+		clusterIP = corev1.ClusterIPNone
+	}
 	return &corev1.Service{
 		ObjectMeta: p.meta(s),
 		Spec: corev1.ServiceSpec{
-			Type: corev1.ServiceTypeClusterIP,
+			Type:      corev1.ServiceTypeClusterIP,
+			ClusterIP: clusterIP,
 			Selector: map[string]string{
 				labelInstance:        s.name,
 				provider.MarkManaged: provider.MarkManagedValue,
