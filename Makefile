@@ -108,6 +108,26 @@ test-libvirt: libvirt-guest ## Bring the libvirt test host up, run PKG (default 
 build: manifests generate ## Build bin/manager.
 	$(GO) build -o $(LOCALBIN)/manager ./cmd
 
+# make image / image-squid write OCI archives into IMAGE_DIR with no
+# registry and no daemon (hack/image, docs/images.md). IMAGE_LOAD=<containerd
+# socket> also imports them into its k8s.io namespace. SQUID_IMG empty means
+# egress-proxies-operator/squid:<Debian squid version>.
+IMAGE_DIR ?= $(LOCALBIN)/image
+SQUID_IMG ?=
+IMAGE_LOAD ?=
+
+.PHONY: image
+image: manifests generate ## Build the operator's image IMG as a reproducible OCI archive (bin/image/manager.oci.tar) and print its digest.
+	IMG="$(IMG)" IMAGE_DIR="$(IMAGE_DIR)" IMAGE_LOAD="$(IMAGE_LOAD)" hack/image/manager.sh
+
+.PHONY: image-squid
+image-squid: ## Build the kubernetes provider's Squid image from Debian's squid package (bin/image/squid.oci.tar) and print its digest.
+	SQUID_IMG="$(SQUID_IMG)" IMAGE_DIR="$(IMAGE_DIR)" IMAGE_LOAD="$(IMAGE_LOAD)" hack/image/squid.sh
+
+.PHONY: image-test
+image-test: envtest-assets ## Check both images: built twice with one digest, their configs, and Squid in a private containerd with the provider's config.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" hack/image/test.sh
+
 .PHONY: run
 run: manifests generate ## Run the operator against the current kubeconfig with hack/providers-dev.yaml.
 	$(GO) run ./cmd --providers-config hack/providers-dev.yaml
@@ -186,7 +206,7 @@ $(KUSTOMIZE): | $(LOCALBIN)
 	mv $(LOCALBIN)/kustomize $@
 
 .PHONY: docker-build
-docker-build: ## Build the manager image (needs a container engine).
+docker-build: ## Build the manager image with a container engine (the project's own path is `make image`).
 	docker build -t $(IMG) .
 
 .PHONY: test-idle-fleet
