@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Takes the e2e cluster down and removes everything it made: its processes
+# (by the PIDs up.sh recorded, checked against the state directory on their
+# command line), every container (by the PIDs in its cgroups), containerd's
+# shims (by their socket argument), the mounts under $state (overlays, shm,
+# Pod network namespaces, volumes), kubelet's cgroups, the bridge, the
+# iptables chains kubelet added, kubelet's /var/log/containers links, and
+# the state directory. Restores the sysctls kubelet rewrote.
+# Idempotent: with nothing up it does nothing. Needs root.
+# CLUSTER_LOG_ARCHIVE=DIR copies the components' logs there first.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/lib.sh"
+
+[ "$(id -u)" = 0 ] || { echo "cluster: down needs root" >&2; exit 1; }
+
+cgroup_dirs() { local h; for h in /sys/fs/cgroup/*/"$cgroup_root"; do [ -d "$h" ] && echo "$h"; done; return 0; }
+if [ ! -e "$state" ] && ! ip link show "$bridge" >/dev/null 2>&1 && [ -z "$(cgroup_dirs)" ]; then
+  log "nothing to take down"
+  exit 0
+fi
+t0=$SECONDS
+
+# stop NAME: SIGTERM, up to 15 s, then SIGKILL; only if the PID is ours.
+stop() {
+  local name=$1 pid i
+  pid_alive "$name" || return 0
+  pid=$(cat "$state/pids/$name.pid")
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 30); do pid_alive "$name" || break; sleep 0.5; done
+  if pid_alive "$name"; then log "$name ($pid) did not stop on SIGTERM: SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; fi
+  for i in $(seq 1 20); do [ -d "/proc/$pid" ] || break; sleep 0.25; done
+  log "stopped $name ($pid)"
+}
+
+if [ -n "${CLUSTER_LOG_ARCHIVE:-}" ] && [ -d "$state/logs" ]; then
+  mkdir -p "$CLUSTER_LOG_ARCHIVE" && cp -a "$state/logs/." "$CLUSTER_LOG_ARCHIVE/"
+fi
+
+# kubelet first, so nothing restarts the containers; then the containers,
+# through containerd while it still runs.
+stop kubelet
+if pid_alive containerd; then
+  for id in $("${ctr_cmd[@]}" tasks ls -q 2>/dev/null); do
+    "${ctr_cmd[@]}" tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
+  done
+  for id in $("${ctr_cmd[@]}" tasks ls -q 2>/dev/null); do
+    "${ctr_cmd[@]}" tasks delete -f "$id" >/dev/null 2>&1 || true
+  done
+fi
+# Whatever is left in kubelet's cgroups is a container process of ours.
+for pass in 1 2 3; do
+  pids=$(cat $(for d in $(cgroup_dirs); do find "$d" -name cgroup.procs; done) /dev/null 2>/dev/null | sort -u)
+  [ -n "$pids" ] || break
+  kill -KILL $pids 2>/dev/null || true
+  sleep 0.5
+done
+stop containerd
+# containerd-shim-runc-v2 outlives containerd by design; ours name our socket.
+for p in /proc/[0-9]*; do
+  cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+  case "$cmd" in *containerd-shim*"-address $state/containerd/containerd.sock"*)
+    log "stopping shim ${p#/proc/}"; kill -KILL "${p#/proc/}" 2>/dev/null || true ;;
+  esac
+done
+for c in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
+
+# Mounts under the state directory, deepest first (Pod netns, shm, overlay
+# rootfs, kubelet's volumes).
+if [ -e "$state" ]; then
+  for pass in 1 2 3; do
+    mounts=$(awk -v s="$state/" 'index($5, s) == 1 {print $5}' /proc/self/mountinfo | sort -r)
+    [ -n "$mounts" ] || break
+    for m in $mounts; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+  done
+fi
+
+# kubelet's cgroups, leaves first.
+for d in $(cgroup_dirs); do
+  find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  [ ! -d "$d" ] || log "warning: $d is still there (processes left in it?)"
+done
+
+if ip link show "$bridge" >/dev/null 2>&1; then ip link delete "$bridge"; log "deleted bridge $bridge"; fi
+
+# kubelet's iptables chains (initNetworkUtil): KUBE-IPTABLES-HINT,
+# KUBE-KUBELET-CANARY, and KUBE-FIREWALL with its INPUT/OUTPUT jumps; only
+# the ones that were not there before up.sh.
+before=$state/iptables-chains.before
+had() { [ -f "$before" ] && grep -qx "$1 $2" "$before"; }
+for fam in ipv4 ipv6; do
+  ipt=iptables; [ "$fam" = ipv4 ] || ipt=ip6tables
+  command -v "$ipt" >/dev/null 2>&1 || continue
+  if ! had "$fam" KUBE-FIREWALL && $ipt -t filter -S KUBE-FIREWALL >/dev/null 2>&1; then
+    while $ipt -t filter -D INPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+    while $ipt -t filter -D OUTPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+    $ipt -t filter -F KUBE-FIREWALL && $ipt -t filter -X KUBE-FIREWALL && log "removed $fam filter KUBE-FIREWALL"
+  fi
+  for chain in mangle:KUBE-IPTABLES-HINT mangle:KUBE-KUBELET-CANARY nat:KUBE-KUBELET-CANARY filter:KUBE-KUBELET-CANARY; do
+    t=${chain%%:*} c=${chain#*:}
+    had "$fam" "$c" && continue
+    if $ipt -t "$t" -S "$c" >/dev/null 2>&1; then
+      $ipt -t "$t" -F "$c" && $ipt -t "$t" -X "$c" && log "removed $fam $t $c"
+    fi
+  done
+done
+
+if [ -f "$state/sysctl.saved" ]; then
+  while IFS== read -r k v; do
+    [ "$(sysctl -n "$k")" = "$v" ] || { sysctl -qw "$k=$v"; log "restored $k=$v"; }
+  done <"$state/sysctl.saved"
+fi
+
+# kubelet links every container's log into /var/log/containers.
+if [ -d /var/log/containers ]; then
+  for l in /var/log/containers/*.log; do
+    [ -L "$l" ] || continue
+    case "$(readlink "$l")" in "$state"/*) rm -f "$l" ;; esac
+  done
+fi
+
+rm -rf "$state"
+log "down in $((SECONDS - t0))s"
