@@ -191,7 +191,7 @@ run kube-controller-manager "$bin/kube-controller-manager" \
   --leader-elect=false --use-service-account-credentials \
   --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
   --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
-  --controllers '*' --profiling=false
+  --controllers "${CLUSTER_CONTROLLERS:-*}" --profiling=false
 watch_pid=kube-scheduler
 run kube-scheduler "$bin/kube-scheduler" \
   --kubeconfig "$state/scheduler.kubeconfig" \
@@ -216,6 +216,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$pause_image"
   netns_mounts_under_state_dir = true
+  # No CAP_SYS_RESOURCE on this kind of machine: a Pod may not get a lower
+  # oom_score_adj than containerd's own (runc fails with "can't get final
+  # child's PID from pipe" otherwise).
+  restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
