@@ -21,16 +21,29 @@ if [ ! -e "$state" ] && ! ip link show "$bridge" >/dev/null 2>&1 && [ -z "$(cgro
 fi
 t0=$SECONDS
 
-# stop NAME: SIGTERM, up to 15 s, then SIGKILL; only if the PID is ours.
+# stop NAME...: SIGTERM to each (only if the PID is ours), up to 15 s for
+# all of them, then SIGKILL to what is left.
 stop() {
-  local name=$1 pid i
-  pid_alive "$name" || return 0
-  pid=$(cat "$state/pids/$name.pid")
-  kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 1 30); do pid_alive "$name" || break; sleep 0.5; done
-  if pid_alive "$name"; then log "$name ($pid) did not stop on SIGTERM: SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; fi
-  for i in $(seq 1 20); do [ -d "/proc/$pid" ] || break; sleep 0.25; done
-  log "stopped $name ($pid)"
+  local name pid i left names=() pids=()
+  for name in "$@"; do
+    pid_alive "$name" || continue
+    pid=$(cat "$state/pids/$name.pid")
+    kill -TERM "$pid" 2>/dev/null || true
+    names+=("$name") pids+=("$pid")
+  done
+  [ ${#names[@]} -gt 0 ] || return 0
+  for i in $(seq 1 60); do
+    left=0
+    for name in "${names[@]}"; do pid_alive "$name" && left=1; done
+    [ "$left" = 1 ] || break
+    sleep 0.25
+  done
+  for i in "${!names[@]}"; do
+    if pid_alive "${names[$i]}"; then
+      log "${names[$i]} (${pids[$i]}) did not stop on SIGTERM: SIGKILL"; kill -KILL "${pids[$i]}" 2>/dev/null || true
+    fi
+    log "stopped ${names[$i]} (${pids[$i]})"
+  done
 }
 
 if [ -n "${CLUSTER_LOG_ARCHIVE:-}" ] && [ -d "$state/logs" ]; then
@@ -63,7 +76,8 @@ for p in /proc/[0-9]*; do
     log "stopping shim ${p#/proc/}"; kill -KILL "${p#/proc/}" 2>/dev/null || true ;;
   esac
 done
-for c in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
+stop kube-scheduler kube-controller-manager kube-apiserver
+stop etcd
 
 # Mounts under the state directory, deepest first (Pod netns, shm, overlay
 # rootfs, kubelet's volumes).
@@ -118,6 +132,32 @@ if [ -d /var/log/containers ]; then
     case "$(readlink "$l")" in "$state"/*) rm -f "$l" ;; esac
   done
 fi
+
+# libcni caches each attachment's result in /var/lib/cni/results (not
+# configurable in containerd 1.6): ours are named after our network, or
+# after one of our sandboxes for containerd's loopback.
+if [ -d /var/lib/cni/results ]; then
+  sandboxes=$state/containerd/root/io.containerd.grpc.v1.cri/sandboxes
+  for f in /var/lib/cni/results/*; do
+    [ -e "$f" ] || continue
+    n=${f##*/}
+    case "$n" in
+      egress-e2e-*) rm -f "$f" ;;
+      cni-loopback-*-lo) id=${n#cni-loopback-}; id=${id%-lo}; [ ! -d "$sandboxes/$id" ] || rm -f "$f" ;;
+    esac
+  done
+fi
+# Directories containerd's shims (/run/containerd/{s,fifo,runc}, fixed in
+# 1.6) and libcni make outside the state directory: removed only when they
+# hold no file at all and no other containerd runs (another one on this
+# machine shares /run/containerd).
+other_containerd() {
+  local p
+  for p in /proc/[0-9]*; do [ "$(readlink "$p/exe" 2>/dev/null)" = /usr/bin/containerd ] && return 0; done
+  return 1
+}
+[ -d /var/lib/cni ] && [ -z "$(find /var/lib/cni -not -type d)" ] && rm -rf /var/lib/cni
+if [ -d /run/containerd ] && [ -z "$(find /run/containerd -not -type d)" ] && ! other_containerd; then rm -rf /run/containerd; fi
 
 rm -rf "$state"
 log "down in $((SECONDS - t0))s"

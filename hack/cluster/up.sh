@@ -12,6 +12,10 @@
 # by Pod IP and the API server at $node_ip:$apiserver_port.
 # Idempotent: a cluster that is already up is left as it is; a half-up one
 # is taken down first. Prints the kubeconfig path last. Needs root.
+# CLUSTER_CONTROLLERS overrides kube-controller-manager's --controllers
+# (default '*'; e.g. '*,-garbage-collector-controller' to show that
+# hack/cluster/smoke.sh fails without the garbage collector).
+# CLUSTER_KEEP_ON_FAILURE=1 leaves a failed start as it is for a look.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
