@@ -14,10 +14,13 @@ pod_net=${CLUSTER_POD_NET:-10.244.77}
 pod_subnet=$pod_net.0/24
 node_ip=$pod_net.1
 bridge=egress-e2e0
-# Service ClusterIPs are allocated but nothing routes them (no kube-proxy).
+# Service ClusterIPs are allocated but nothing routes them (no kube-proxy),
+# except the first, the "kubernetes" Service's: kube-apiserver listens on
+# that very address (on the bridge) and port, and Pods have a route to it
+# through the node's address, so in-cluster clients work without NAT.
 service_cidr=10.96.77.0/24
 service_ip=10.96.77.1
-apiserver_port=16443
+apiserver_port=443
 etcd_client_port=12379
 etcd_peer_port=12380
 # kubelet's cgroups go under this root, in every cgroup v1 hierarchy.

@@ -6,7 +6,10 @@
 #     writes to an emptyDir and to its log, and serves HTTP on its Pod IP;
 #  3. a second Pod fetches that page by Pod IP over the bridge (no Service:
 #     the cluster runs no kube-proxy) and prints the first Pod's token;
-#  4. deleting an owner ConfigMap makes the garbage collector delete its
+#  4. a Pod reaches the API server at the "kubernetes" Service's ClusterIP,
+#     and its projected service-account token (read with kubectl exec)
+#     authenticates as its ServiceAccount: in-cluster config works;
+#  5. deleting an owner ConfigMap makes the garbage collector delete its
 #     dependent.
 # Exits non-zero on the first check that fails. Traffic stays on the bridge.
 set -euo pipefail
@@ -37,8 +40,9 @@ metadata:
 YAML
 "${k[@]}" -n "$ns" wait --for=create serviceaccount/default --timeout=60s >/dev/null
 
-# restricted_pod NAME RESTARTPOLICY SCRIPT: a Pod spec Pod Security
-# "restricted" admits, on the local busybox image, read-only root.
+# restricted_pod NAME RESTARTPOLICY AUTOMOUNT SCRIPT [EXTRA]: a Pod spec
+# Pod Security "restricted" admits, on the local busybox image, read-only
+# root, running SCRIPT with busybox sh; EXTRA is more of the container.
 restricted_pod() {
   cat <<YAML
 apiVersion: v1
@@ -50,7 +54,7 @@ metadata:
 spec:
   restartPolicy: $2
   activeDeadlineSeconds: 300
-  automountServiceAccountToken: false
+  automountServiceAccountToken: $3
   terminationGracePeriodSeconds: 1
   securityContext:
     runAsNonRoot: true
@@ -61,17 +65,25 @@ spec:
   - name: main
     image: $busybox_image
     imagePullPolicy: Never
-    command: ["/bin/busybox", "sh", "-c", "$3"]
+    command: ["/bin/busybox", "sh", "-c"]
+    args:
+    - |
+$(sed 's/^/      /' <<<"$4")
     securityContext:
       allowPrivilegeEscalation: false
       readOnlyRootFilesystem: true
       capabilities: {drop: [ALL]}
-${4:-}
+${5:-}
 YAML
 }
 
 t0=$SECONDS
-restricted_pod server Always "busybox id; if busybox touch /probe 2>/dev/null; then echo root-writable; else echo root-read-only; fi; echo $token > /srv/index.html; echo serving; exec busybox httpd -f -p 8080 -h /srv" '    ports: [{containerPort: 8080}]
+restricted_pod server Always false '
+busybox id
+if busybox touch /probe 2>/dev/null; then echo root-writable; else echo root-read-only; fi
+echo '"$token"' > /srv/index.html
+echo serving
+exec busybox httpd -f -p 8080 -h /srv' '    ports: [{containerPort: 8080}]
     readinessProbe:
       tcpSocket: {port: 8080}
       periodSeconds: 1
@@ -91,12 +103,37 @@ ok "server runs as $(grep '^uid=' <<<"$logs" | cut -d' ' -f1), root read-only, i
 t0=$SECONDS
 # No wget -T: Debian's busybox-static 1.35 wget segfaults with it; the
 # Pod's activeDeadlineSeconds bounds a hang instead.
-restricted_pod client Never "busybox wget -q -O - http://$ip:8080/index.html" | "${k[@]}" apply -f - >/dev/null
+restricted_pod client Never false "busybox wget -q -O - http://$ip:8080/index.html" | "${k[@]}" apply -f - >/dev/null
 "${k[@]}" -n "$ns" wait --for=jsonpath='{.status.phase}'=Succeeded pod/client --timeout=120s >/dev/null || {
   "${k[@]}" -n "$ns" logs client >&2 || true; fail "Pod client did not succeed"; }
 got=$("${k[@]}" -n "$ns" logs client)
 [ "$got" = "$token" ] || fail "client fetched '$got', want '$token'"
 ok "client Pod fetched the server's token from $ip:8080 ($((SECONDS - t0))s)"
+
+# The "kubernetes" Service's ClusterIP answers from a Pod (kube-apiserver
+# listens on it): a plain-HTTP request gets Go's TLS server's answer to one.
+# (busybox's own TLS cannot talk to it, so no HTTPS from the Pod.) Then the
+# Pod's projected service-account token, read through kubectl exec (kubelet's
+# streaming), authenticates at the API server as the Pod's ServiceAccount.
+t0=$SECONDS
+restricted_pod apiclient Always true '
+printf "GET / HTTP/1.0\r\n\r\n" | busybox nc "$KUBERNETES_SERVICE_HOST" "$KUBERNETES_SERVICE_PORT"
+echo "from $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"
+exec busybox sleep 3600' | "${k[@]}" apply -f - >/dev/null
+"${k[@]}" -n "$ns" wait --for=condition=Ready pod/apiclient --timeout=120s >/dev/null || fail "Pod apiclient not Ready"
+apiclient_answered() { "${k[@]}" -n "$ns" logs apiclient | grep -q "from $service_ip:$apiserver_port"; }
+for i in $(seq 1 30); do apiclient_answered && break; sleep 1; done
+got=$("${k[@]}" -n "$ns" logs apiclient)
+grep -q 'Client sent an HTTP request to an HTTPS server' <<<"$got" || fail "Pod apiclient did not reach the API server at $service_ip:$apiserver_port: $got"
+ok "a Pod reached the API server at the kubernetes Service's ClusterIP $service_ip:$apiserver_port"
+# The token stays in this variable: never printed.
+sa_token=$("${k[@]}" -n "$ns" exec apiclient -- /bin/busybox cat /var/run/secrets/kubernetes.io/serviceaccount/token)
+who=$(curl -fsS --cacert "$state/pki/ca.crt" -H "Authorization: Bearer $sa_token" -H 'Content-Type: application/json' \
+  -d '{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}' \
+  "https://$service_ip:$apiserver_port/apis/authentication.k8s.io/v1/selfsubjectreviews" | jq -r .status.userInfo.username)
+unset sa_token
+[ "$who" = "system:serviceaccount:$ns:default" ] || fail "the Pod's token authenticated as '$who'"
+ok "the Pod's projected token (read with kubectl exec) authenticates as $who ($((SECONDS - t0))s)"
 
 "${k[@]}" -n "$ns" create configmap owner --from-literal=role=owner >/dev/null
 uid=$("${k[@]}" -n "$ns" get configmap owner -o jsonpath='{.metadata.uid}')

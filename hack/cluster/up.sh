@@ -8,8 +8,10 @@
 #   kubelet                         node $node_name, Ready
 #   CNI                             bridge $bridge + host-local on $pod_subnet:
 #                                   no masquerade, no NAT, no route off the machine
-# No kube-proxy and no DNS: ClusterIPs do not route; Pods reach each other
-# by Pod IP and the API server at $node_ip:$apiserver_port.
+# No kube-proxy and no DNS: Pods reach each other by Pod IP; of the
+# ClusterIPs only the "kubernetes" Service's answers, because kube-apiserver
+# listens on it ($service_ip:$apiserver_port, an address on the bridge), so
+# in-cluster clients (the operator) use their default config.
 # Idempotent: a cluster that is already up is left as it is; a half-up one
 # is taken down first. Prints the kubeconfig path last. Needs root.
 # CLUSTER_CONTROLLERS overrides kube-controller-manager's --controllers
@@ -115,7 +117,7 @@ kind: Config
 clusters:
 - name: egress-e2e
   cluster:
-    server: https://$node_ip:$apiserver_port
+    server: https://$service_ip:$apiserver_port
     certificate-authority: $pki/ca.crt
 users:
 - name: $2
@@ -156,11 +158,13 @@ wait_until() {
   log "$desc ($((SECONDS - t0))s)"
 }
 
-# --- the bridge, made here with the node's address, so kube-apiserver and
-# kubelet can listen on it before any Pod exists. The CNI bridge plugin
+# --- the bridge, made here with the node's address and the "kubernetes"
+# Service's, so kubelet and kube-apiserver can listen on them before any
+# Pod exists. The CNI bridge plugin
 # finds it by name and only attaches the Pods' veths.
 ip link add "$bridge" type bridge
 ip addr add "$node_ip/24" dev "$bridge"
+ip addr add "$service_ip/32" dev "$bridge"
 ip link set "$bridge" up
 
 # --- etcd, kube-apiserver
@@ -174,7 +178,7 @@ wait_until "etcd healthy" 60 curl -fsS "http://127.0.0.1:$etcd_client_port/healt
 watch_pid=kube-apiserver
 run kube-apiserver "$bin/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$etcd_client_port" \
-  --bind-address "$node_ip" --advertise-address "$node_ip" --secure-port "$apiserver_port" \
+  --bind-address "$service_ip" --advertise-address "$service_ip" --secure-port "$apiserver_port" \
   --cert-dir "$state/apiserver" --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
   --client-ca-file "$pki/ca.crt" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
@@ -239,9 +243,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         Root = "$state/containerd/runc"
         SystemdCgroup = false
 TOML
-# bridge + host-local, nothing else: no portmap, no masquerade, no route
-# but the subnet's own (isGateway false: the bridge already has the node's
-# address, and the plugin then leaves ip_forward alone).
+# bridge + host-local, nothing else: no portmap, no masquerade, no default
+# route; besides the subnet's own, one route to the API server's address
+# through the node (delivered locally: nothing is forwarded). isGateway
+# false: the bridge already has the node's address, and the plugin then
+# leaves ip_forward alone.
 cat >"$state/cni/net.d/10-egress-e2e.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
@@ -257,7 +263,8 @@ cat >"$state/cni/net.d/10-egress-e2e.conflist" <<JSON
       "ipam": {
         "type": "host-local",
         "dataDir": "$state/cni/ipam",
-        "ranges": [[{"subnet": "$pod_subnet", "rangeStart": "$pod_net.10", "rangeEnd": "$pod_net.250", "gateway": "$node_ip"}]]
+        "ranges": [[{"subnet": "$pod_subnet", "rangeStart": "$pod_net.10", "rangeEnd": "$pod_net.250", "gateway": "$node_ip"}]],
+        "routes": [{"dst": "$service_ip/32", "gw": "$node_ip"}]
       }
     }
   ]
@@ -321,5 +328,5 @@ wait_until "node $node_name Ready" 180 "${kubectl_cmd[@]}" wait --for=condition=
 watch_pid=
 wait_until "default ServiceAccount" 60 "${kubectl_cmd[@]}" -n default get serviceaccount default
 trap - ERR
-log "up in $((SECONDS - start))s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, kubelet; node $node_name; Pods on $pod_subnet (bridge $bridge), API server https://$node_ip:$apiserver_port"
+log "up in $((SECONDS - start))s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, kubelet; node $node_name; Pods on $pod_subnet (bridge $bridge), API server https://$service_ip:$apiserver_port"
 echo "KUBECONFIG=$kubeconfig"
