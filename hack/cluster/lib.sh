@@ -41,5 +41,5 @@ pid_alive() {
   local f=$state/pids/$1.pid pid
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
-  [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$state" 
+  [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$state"
 }

@@ -18,7 +18,7 @@
 # (default '*'; e.g. '*,-garbage-collector-controller' to show that
 # hack/cluster/smoke.sh fails without the garbage collector).
 # CLUSTER_KEEP_ON_FAILURE=1 leaves a failed start as it is for a look.
-set -euo pipefail
+set -Eeuo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
 start=$SECONDS
