@@ -62,10 +62,12 @@ if pid_alive containerd; then
   done
 fi
 # Whatever is left in kubelet's cgroups is a container process of ours.
-for pass in 1 2 3; do
-  pids=$(cat $(for d in $(cgroup_dirs); do find "$d" -name cgroup.procs; done) /dev/null 2>/dev/null | sort -u)
-  [ -n "$pids" ] || break
-  kill -KILL $pids 2>/dev/null || true
+for _ in 1 2 3; do
+  # shellcheck disable=SC2046 # one argument per cgroup.procs file
+  procs=$(cat $(for d in $(cgroup_dirs); do find "$d" -name cgroup.procs; done) /dev/null 2>/dev/null | sort -u)
+  [ -n "$procs" ] || break
+  # shellcheck disable=SC2086 # one argument per PID
+  kill -KILL $procs 2>/dev/null || true
   sleep 0.5
 done
 stop containerd
@@ -82,7 +84,7 @@ stop etcd
 # Mounts under the state directory, deepest first (Pod netns, shm, overlay
 # rootfs, kubelet's volumes).
 if [ -e "$state" ]; then
-  for pass in 1 2 3; do
+  for _ in 1 2 3; do
     mounts=$(awk -v s="$state/" 'index($5, s) == 1 {print $5}' /proc/self/mountinfo | sort -r)
     [ -n "$mounts" ] || break
     for m in $mounts; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
@@ -120,7 +122,7 @@ for fam in ipv4 ipv6; do
 done
 
 if [ -f "$state/sysctl.saved" ]; then
-  while IFS== read -r k v; do
+  while IFS='=' read -r k v; do
     [ "$(sysctl -n "$k")" = "$v" ] || { sysctl -qw "$k=$v"; log "restored $k=$v"; }
   done <"$state/sysctl.saved"
 fi

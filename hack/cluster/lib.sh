@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # sourced: the variables are used by the scripts
 # Shared settings of the e2e cluster (sourced by up.sh, down.sh, smoke.sh,
 # images.sh, load.sh). Everything the cluster creates lives under $state,
 # except what the kernel keeps elsewhere (the bridge, cgroups, sysctls),

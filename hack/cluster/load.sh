@@ -8,7 +8,7 @@
 # for an archive whose config names no platform, as crane's do)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-[ $# -gt 0 ] && [ -n "$1" ] || { echo "usage: $0 ARCHIVE... (make cluster-load IMAGE_ARCHIVE=path.tar)" >&2; exit 2; }
+if [ $# -eq 0 ] || [ -z "$1" ]; then echo "usage: $0 ARCHIVE... (make cluster-load IMAGE_ARCHIVE=path.tar)" >&2; exit 2; fi
 pid_alive containerd || { echo "cluster: no e2e cluster is up (make cluster-up)" >&2; exit 1; }
 for a in "$@"; do
   [ -f "$a" ] || { echo "cluster: no such archive: $a" >&2; exit 1; }

@@ -122,7 +122,7 @@ echo "from $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"
 exec busybox sleep 3600' | "${k[@]}" apply -f - >/dev/null
 "${k[@]}" -n "$ns" wait --for=condition=Ready pod/apiclient --timeout=120s >/dev/null || fail "Pod apiclient not Ready"
 apiclient_answered() { "${k[@]}" -n "$ns" logs apiclient | grep -q "from $service_ip:$apiserver_port"; }
-for i in $(seq 1 30); do apiclient_answered && break; sleep 1; done
+for _ in $(seq 1 30); do apiclient_answered && break; sleep 1; done
 got=$("${k[@]}" -n "$ns" logs apiclient)
 grep -q 'Client sent an HTTP request to an HTTPS server' <<<"$got" || fail "Pod apiclient did not reach the API server at $service_ip:$apiserver_port: $got"
 ok "a Pod reached the API server at the kubernetes Service's ClusterIP $service_ip:$apiserver_port"

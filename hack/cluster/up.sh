@@ -42,7 +42,7 @@ if [ -e "$state" ] || ip link show "$bridge" >/dev/null 2>&1; then
 fi
 
 "$here/install.sh"
-"$root/hack/build-control-plane.sh" cluster >/dev/null
+"$root/hack/build-control-plane.sh" cluster
 for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
   [ -x "$bin/$b" ] || { echo "cluster: $bin/$b missing after build-control-plane.sh cluster" >&2; exit 1; }
 done
