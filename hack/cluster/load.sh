@@ -15,4 +15,4 @@ for a in "$@"; do
   # shellcheck disable=SC2086
   "${ctr_cmd[@]}" images import ${CTR_IMPORT_FLAGS:-} "$a"
 done
-"${ctr_cmd[@]}" images ls
+"${ctr_cmd[@]}" images ls -q | grep -v "^sha256:"
