@@ -135,6 +135,13 @@ if [ -d /var/log/containers ]; then
   done
 fi
 
+# What kubelet made outside its root dir, where up.sh found nothing.
+if [ -f "$state/host-dirs.created" ]; then
+  while read -r d; do
+    case "$d" in /var/lib/kubelet) rm -rf "$d" ;; /var/log/containers) rmdir "$d" 2>/dev/null || true ;; esac
+  done <"$state/host-dirs.created"
+fi
+
 # libcni caches each attachment's result in /var/lib/cni/results (not
 # configurable in containerd 1.6): ours are named after our network, or
 # after one of our sandboxes for containerd's loopback.

@@ -32,7 +32,10 @@ busybox_image=docker.io/local/busybox:e2e
 
 kubeconfig=$state/kubeconfig
 ctr_cmd=(ctr -a "$state/containerd/containerd.sock" -n k8s.io)
-kubectl_cmd=("$bin/kubectl" --kubeconfig "$kubeconfig")
+kubectl_cmd=("$bin/kubectl" --kubeconfig "$kubeconfig" --cache-dir "$state/kubectl-cache")
+# Paths kubelet makes whatever its --root-dir (device-plugins socket, the
+# container log links); down.sh removes those up.sh found missing.
+kubelet_host_dirs=(/var/lib/kubelet /var/log/containers)
 
 log() { echo "cluster: $*"; }
 

@@ -76,6 +76,8 @@ done >"$state/sysctl.saved"
 { iptables-save 2>/dev/null | sed -n 's/^:\(KUBE-[A-Z-]*\) .*/ipv4 \1/p'
   ip6tables-save 2>/dev/null | sed -n 's/^:\(KUBE-[A-Z-]*\) .*/ipv6 \1/p'; } | sort -u >"$state/iptables-chains.before"
 
+for d in "${kubelet_host_dirs[@]}"; do [ -e "$d" ] || echo "$d"; done >"$state/host-dirs.created"
+
 # --- certificates: a CA, one client certificate per component, serving
 # certificates for kube-apiserver and kubelet, the service-account key pair.
 pki=$state/pki
@@ -196,6 +198,7 @@ run kube-controller-manager "$bin/kube-controller-manager" \
   --kubeconfig "$state/controller-manager.kubeconfig" \
   --authentication-kubeconfig "$state/controller-manager.kubeconfig" --authorization-kubeconfig "$state/controller-manager.kubeconfig" \
   --bind-address 127.0.0.1 --secure-port 10257 --cert-dir "$state/controller-manager" \
+  --flex-volume-plugin-dir "$state/controller-manager/volume-plugins" \
   --leader-elect=false --use-service-account-credentials \
   --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
   --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
@@ -310,6 +313,7 @@ failSwapOn: false
 containerRuntimeEndpoint: unix://$state/containerd/containerd.sock
 imageServiceEndpoint: unix://$state/containerd/containerd.sock
 podLogsDir: $state/pod-logs
+volumePluginDir: $state/kubelet/volume-plugins
 resolvConf: $state/resolv.conf
 clusterDomain: cluster.local
 maxPods: 30
