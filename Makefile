@@ -87,7 +87,7 @@ cluster-up: ## Start the one-node e2e cluster (etcd, apiserver, controller-manag
 cluster-down: ## Stop the e2e cluster and remove all it made (processes, containers, mounts, cgroups, bridge, iptables chains, state dir).
 	hack/cluster/down.sh
 
-cluster-smoke: ## Check the running e2e cluster: node Ready, a non-root read-only Pod, Pod to Pod by IP, garbage collection of a dependent.
+cluster-smoke: ## Check the running e2e cluster: node Ready, a non-root read-only Pod, Pod to Pod by IP, the API server from a Pod, garbage collection.
 	hack/cluster/smoke.sh
 
 cluster-load: ## Import an image archive (docker-archive or OCI) into the e2e cluster's containerd: IMAGE_ARCHIVE=path.tar.

@@ -29,7 +29,12 @@ for pair in "${pairs[@]}"; do
   bin=${pair%%:*} pkg=${pair#*:}
   if [ "$pkg" = busybox-static ]; then
     # busybox (dynamic) also installs /bin/busybox; the images need the static one.
-    dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+    # (Debian's busybox-static replaces the busybox package when installed.)
+    if [ "$(dpkg-query -W -f='${Status}' busybox-static 2>/dev/null)" = "install ok installed" ]; then
+      echo "cluster-install: $pkg already installed: $bin"
+    else
+      missing+=("$pkg")
+    fi
   elif [ -x "$bin" ]; then
     echo "cluster-install: $pkg already installed: $bin"
   else
