@@ -76,6 +76,27 @@ test: manifests generate vet envtest-assets install-test-deps ## Run every test 
 bench: envtest-assets ## Run the benchmarks.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test ./... -run '^$$' -bench . -benchmem
 
+##@ e2e cluster (hack/cluster; root; docs/testing.md "The e2e cluster")
+
+.PHONY: cluster-install cluster-assets cluster-up cluster-down cluster-smoke cluster-load
+cluster-install: ## Install containerd, runc, the CNI plugins and busybox-static from Debian (starts no service).
+	hack/cluster/install.sh
+
+cluster-assets: ## Build kube-controller-manager, kube-scheduler, kubelet and kubectl next to the envtest binaries (one go build; cached).
+	hack/build-control-plane.sh cluster
+
+cluster-up: ## Start the one-node e2e cluster (etcd, apiserver, controller-manager, scheduler, containerd, kubelet; bridge CNI, no route off the machine); prints its KUBECONFIG.
+	hack/cluster/up.sh
+
+cluster-down: ## Stop the e2e cluster and remove all it made (processes, containers, mounts, cgroups, bridge, iptables chains, state dir).
+	hack/cluster/down.sh
+
+cluster-smoke: ## Check the running e2e cluster: node Ready, a non-root read-only Pod, Pod to Pod by IP, the API server from a Pod, garbage collection.
+	hack/cluster/smoke.sh
+
+cluster-load: ## Import an image archive (docker-archive or OCI) into the e2e cluster's containerd: IMAGE_ARCHIVE=path.tar.
+	hack/cluster/load.sh "$(IMAGE_ARCHIVE)"
+
 ##@ libvirt test host (hack/libvirt; root; `make test` runs test-libvirt with PKG=./hack/libvirt/...)
 
 # The packages test-libvirt runs inside the host, and extra go test flags.

@@ -1,0 +1,49 @@
+# shellcheck shell=bash disable=SC2034 # sourced: the variables are used by the scripts
+# Shared settings of the e2e cluster (sourced by up.sh, down.sh, smoke.sh,
+# images.sh, load.sh). Everything the cluster creates lives under $state,
+# except what the kernel keeps elsewhere (the bridge, cgroups, sysctls),
+# which down.sh removes or restores by these same names.
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+state=${CLUSTER_STATE:-/tmp/egress-cluster}
+bin=$("$root/hack/build-control-plane.sh" path)
+
+node_name=egress-e2e
+# The Pods' subnet is local to this machine: the bridge carries it, no
+# route leads anywhere else. The bridge's own address is the node's IP;
+# kube-apiserver and kubelet listen there so Pods can reach them.
+pod_net=${CLUSTER_POD_NET:-10.244.77}
+pod_subnet=$pod_net.0/24
+node_ip=$pod_net.1
+bridge=egress-e2e0
+# Service ClusterIPs are allocated but nothing routes them (no kube-proxy),
+# except the first, the "kubernetes" Service's: kube-apiserver listens on
+# that very address (on the bridge) and port, and Pods have a route to it
+# through the node's address, so in-cluster clients work without NAT.
+service_cidr=10.96.77.0/24
+service_ip=10.96.77.1
+apiserver_port=443
+etcd_client_port=12379
+etcd_peer_port=12380
+# kubelet's cgroups go under this root, in every cgroup v1 hierarchy.
+cgroup_root=egress-e2e
+# Names kubelet's Images are imported as (containerd's k8s.io namespace).
+pause_image=docker.io/local/pause:e2e
+busybox_image=docker.io/local/busybox:e2e
+
+kubeconfig=$state/kubeconfig
+ctr_cmd=(ctr -a "$state/containerd/containerd.sock" -n k8s.io)
+kubectl_cmd=("$bin/kubectl" --kubeconfig "$kubeconfig" --cache-dir "$state/kubectl-cache")
+# Paths kubelet makes whatever its --root-dir (device-plugins socket, the
+# container log links); down.sh removes those up.sh found missing.
+kubelet_host_dirs=(/var/lib/kubelet /var/log/containers)
+
+log() { echo "cluster: $*"; }
+
+# pid_alive NAME: the process in $state/pids/NAME.pid runs and is ours
+# (its command line names the state directory, so a reused PID is not).
+pid_alive() {
+  local f=$state/pids/$1.pid pid
+  [ -f "$f" ] || return 1
+  pid=$(cat "$f")
+  [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$state"
+}
