@@ -30,6 +30,9 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 type plan struct {
 	node     string
 	template int
+	// cloneNode is where the template lives, so where the clone task
+	// runs; a clone to another node (pl.node) names it as the target.
+	cloneNode string
 	machine  MachineType
 	// userData is the seed's user-data: the Proxy's cloud-init as given,
 	// else the generated Squid cloud-config for the template's family.
@@ -122,11 +125,22 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 	// step.
 	cloneUPID := ""
 	if _, exists := find(rs, vmid); !exists {
+		// The template is cloned on its own node; a VM placed on another
+		// node is cloned there with target (PVE needs the template's
+		// disks on shared storage for that, and says so).
+		src, ok := find(rs, pl.template)
+		if !ok || src.Template != 1 {
+			return provider.Instance{}, provider.Errorf(provider.ErrPermanent, "template %d (placement.image %q) is not a template in the cluster", pl.template, req.Placement.Image)
+		}
+		pl.cloneNode = src.Node
 		params := url.Values{"newid": {strconv.Itoa(vmid)}, "name": {req.Name}, "description": {p.description(req.UID)}}
 		if p.cfg.FullClone {
 			params.Set("full", "1")
 		}
-		if cloneUPID, err = p.api.upid(ctx, http.MethodPost, vmPath(pl.node, pl.template)+"/clone", params); err != nil {
+		if src.Node != pl.node {
+			params.Set("target", pl.node)
+		}
+		if cloneUPID, err = p.api.upid(ctx, http.MethodPost, vmPath(src.Node, pl.template)+"/clone", params); err != nil {
 			return provider.Instance{}, err
 		}
 		p.forgetResources()
@@ -211,7 +225,7 @@ const seedUploadBound = 2 * time.Minute
 // provision is the create step: each part ensures, so a rerun after a
 // restart resumes.
 func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl plan, vmid int, cloneUPID string, progress func(string)) error {
-	if err := p.wait(ctx, pl.node, cloneUPID, "clone", progress); err != nil {
+	if err := p.wait(ctx, pl.cloneNode, cloneUPID, "clone", progress); err != nil {
 		return err
 	}
 	r, err := p.waitUnlocked(ctx, vmid, progress)

@@ -72,6 +72,10 @@ func classifyAPI(e *apiError) error {
 	switch {
 	case isCapacity(m):
 		return provider.Errorf(provider.ErrQuotaExceeded, "%w", e)
+	case strings.Contains(m, "can't clone VM to node"):
+		// "(VM uses local storage)": the same clone fails until someone
+		// moves the template's disks to shared storage.
+		return provider.Errorf(provider.ErrPermanent, "%w (a clone to another node needs the template's disks on shared storage, or a template on that node)", e)
 	case e.Status == 500 && strings.Contains(m, "does not exist"):
 		return provider.Errorf(provider.ErrNotFound, "%w", e)
 	case strings.Contains(m, "got timeout"), e.Status == 595, e.Status == 596:

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net/http"
@@ -151,4 +152,48 @@ func selfSignedPEM(t *testing.T) []byte {
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	must(t, err)
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// Seed gap (proxmox): "cross-node clones (target) need shared storage and
+// are untested". The template is cloned on its own node, with target when
+// the Proxy is placed on another: a template on shared storage clones to
+// pve2 and the VM runs there; a template on a node's local storage cannot,
+// and PVE's refusal is Permanent with what to change, not retried.
+func TestGapCrossNodeClonesUntested(t *testing.T) {
+	w := fakepve.DefaultWorld()
+	w.Nodes = []string{"pve1", "pve2"}
+	w.Storages = append(w.Storages, fakepve.Storage{ID: "ceph", Type: "rbd", Shared: true, Content: []string{"images"},
+		Capacity: 1 << 40})
+	shared := fakepve.Template(9001, "pve1", "debian-12-shared")
+	for i, kv := range shared.Config {
+		if kv.Key == "scsi0" {
+			shared.Config[i].Value = "ceph:base-9001-disk-0,iothread=1,size=3G"
+		}
+	}
+	w.VMs = append(w.VMs, shared)
+	e := newEnv(t, fakepve.WithWorld(w))
+	e.cfg.Nodes = []string{"pve1", "pve2"}
+	e.cfg.Templates = map[string]int{"debian-12": 9000, "debian-12-shared": 9001}
+	p := e.newProvider(t, testInstallation)
+	ctx := context.Background()
+
+	req := request("proxy-far", "81111111-2222-3333-4444-555555555555")
+	req.Placement = provider.Placement{Zone: "pve2", Image: "debian-12-shared"}
+	in, err := p.Create(ctx, req)
+	must(t, err)
+	waitRunning(t, p, in.ID)
+	vmid, _, _ := parseID(in.ID)
+	if vm, ok := e.fake.VM(vmid); !ok || vm.Node != "pve2" {
+		t.Fatalf("VM %d = %+v (exists %v), want it on pve2", vmid, vm, ok)
+	}
+	if n := e.fake.Count("POST", "nodes/pve1/qemu/9001/clone"); n != 1 {
+		t.Errorf("%d clone requests on the template's node pve1, want 1", n)
+	}
+
+	local := request("proxy-far-local", "91111111-2222-3333-4444-555555555555")
+	local.Placement = provider.Placement{Zone: "pve2", Image: "debian-12"}
+	_, err = p.Create(ctx, local)
+	if !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), "shared storage") {
+		t.Fatalf("Create on pve2 from a template on pve1's local storage: %v, want Permanent naming shared storage", err)
+	}
 }

@@ -4,15 +4,31 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
+// upidNode is the node a task runs on, from its UPID
+// ("UPID:<node>:<pid>:..."): not always the node of the call that started
+// it (an upload to another node's storage runs on the node that received
+// it, which copies the file over), and its status is read there.
+func upidNode(upid string) string {
+	f := strings.SplitN(upid, ":", 3)
+	if len(f) < 3 || f[0] != "UPID" {
+		return ""
+	}
+	return f[1]
+}
+
 // wait follows a task until it ends, reporting progress.
 func (p *Provider) wait(ctx context.Context, node, upid, what string, progress func(string)) error {
 	if upid == "" {
 		return nil
+	}
+	if n := upidNode(upid); n != "" {
+		node = n
 	}
 	t := time.NewTicker(p.taskPoll)
 	defer t.Stop()
