@@ -26,6 +26,8 @@ const (
 	floorGroup = "floor.bench.proxy-operator.dev"
 	// proxyCRDFile is the Proxy CRD in --crd-dir.
 	proxyCRDFile = "egress.proxy-operator.dev_proxies.yaml"
+	// warmUpObjects is how many lifecycles warmUp runs.
+	warmUpObjects = 100
 	// floorFinalizer stands for the operator's finalizer.
 	floorFinalizer = "egress.proxy-operator.dev/instance"
 )
@@ -82,6 +84,18 @@ func newFloor(ctx context.Context, b *bench) (*floor, error) {
 }
 
 func floorName(i int) string { return fmt.Sprintf("floor-%05d", i) }
+
+// warmUp runs a few lifecycles unmeasured, so the first measured floor
+// does not pay for the API server's first requests on the new group.
+func (f *floor) warmUp(ctx context.Context) error {
+	ns := f.dyn.Namespace(proxyNamespace)
+	n := min(f.b.opts.n, warmUpObjects)
+	name := func(i int) string { return fmt.Sprintf("warmup-%05d", i) }
+	if err := forEach(ctx, n, f.b.opts.concurrency, func(ctx context.Context, i int) error { return f.create(ctx, ns, name(i)) }); err != nil {
+		return err
+	}
+	return forEach(ctx, n, f.b.opts.concurrency, func(ctx context.Context, i int) error { return f.delete(ctx, ns, name(i)) })
+}
 
 // run does N create lifecycles at once, then N delete lifecycles, and
 // prints their figures under <provider>.floor_.

@@ -63,6 +63,7 @@ type options struct {
 	concurrency  int
 	phaseTimeout time.Duration
 	managerFlags []string
+	kubeQPS      float64
 	keep         bool
 }
 
@@ -77,6 +78,7 @@ func main() {
 	fs.IntVar(&o.concurrency, "concurrency", envInt("BENCH_CONCURRENCY", 100), "requests the bench's own client sends at once (the floor's lifecycles, the Proxies' creates and deletes; env BENCH_CONCURRENCY)")
 	fs.DurationVar(&o.phaseTimeout, "phase-timeout", 0, "longest wait for one phase (all Ready, all gone); 0 means 5m + 100ms per object")
 	fs.StringVar(&managerFlags, "manager-flags", os.Getenv("BENCH_MANAGER_FLAGS"), "more flags for the manager, space-separated, e.g. --kube-api-qps=-1 (env BENCH_MANAGER_FLAGS)")
+	fs.Float64Var(&o.kubeQPS, "kube-client-qps", envFloat("BENCH_KUBE_CLIENT_QPS", 0), "the kubernetes provider entry's clientQPS (clientBurst twice it); 0 keeps the provider's default (env BENCH_KUBE_CLIENT_QPS)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (the managers' logs, etcd data)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: benchfleet --manager <operator binary> [flags]  (run it with `make bench-fleet`)")
@@ -89,7 +91,7 @@ func main() {
 		}
 	}
 	o.managerFlags = strings.Fields(managerFlags)
-	valid := fs.NArg() == 0 && o.manager != "" && o.n > 0 && o.concurrency > 0 && len(o.providers) > 0
+	valid := fs.NArg() == 0 && o.manager != "" && o.n > 0 && o.concurrency > 0 && o.kubeQPS >= 0 && len(o.providers) > 0
 	for _, p := range o.providers {
 		valid = valid && (p == providerLocal || p == providerKubernetes)
 	}
@@ -110,6 +112,14 @@ func main() {
 
 func envInt(name string, def int) int {
 	v, err := strconv.Atoi(os.Getenv(name))
+	if err != nil {
+		return def
+	}
+	return v
+}
+
+func envFloat(name string, def float64) float64 {
+	v, err := strconv.ParseFloat(os.Getenv(name), 64)
 	if err != nil {
 		return def
 	}
@@ -176,6 +186,9 @@ func (b *bench) run(ctx context.Context) error {
 	b.out.put("n", strconv.Itoa(b.opts.n))
 	b.out.put("providers", strings.Join(b.opts.providers, ","))
 	b.out.put("bench_concurrency", strconv.Itoa(b.opts.concurrency))
+	if b.opts.kubeQPS > 0 {
+		b.out.float("kubernetes_client_qps", b.opts.kubeQPS)
+	}
 	b.out.put("manager_extra_flags", fmt.Sprintf("%q", strings.Join(b.opts.managerFlags, " ")))
 	if b.env, err = childproc.StartControlPlane(b.tmp, b.opts.crdDir, "`make bench-fleet`", b.progress); err != nil {
 		return err
@@ -193,6 +206,9 @@ func (b *bench) run(ctx context.Context) error {
 	fl, err := newFloor(ctx, b)
 	if err != nil {
 		return err
+	}
+	if err := fl.warmUp(ctx); err != nil {
+		return fmt.Errorf("the floor's warm-up: %w", err)
 	}
 	for _, p := range b.opts.providers {
 		floorFig, err := fl.run(ctx, p)

@@ -57,12 +57,18 @@ func localBindCIDR(n int) string {
 	return fmt.Sprintf("%s/%d", localBase, 32-hostBits)
 }
 
-func providersConfig(provider string, n int) string {
+// providersConfig is the manager's config: one entry, named after its
+// type. kubeQPS > 0 sets the kubernetes entry's client rate limit.
+func providersConfig(provider string, n int, kubeQPS float64) string {
 	switch provider {
 	case providerLocal:
 		return fmt.Sprintf("providers:\n  - name: %s\n    type: local\n    local:\n      bindCIDR: %s\n", provider, localBindCIDR(n))
 	default:
-		return fmt.Sprintf("providers:\n  - name: %s\n    type: kubernetes\n    kubernetes:\n      namespace: %s\n", provider, backendNamespace)
+		cfg := fmt.Sprintf("providers:\n  - name: %s\n    type: kubernetes\n    kubernetes:\n      namespace: %s\n", provider, backendNamespace)
+		if kubeQPS > 0 {
+			cfg += fmt.Sprintf("      clientQPS: %g\n      clientBurst: %d\n", kubeQPS, int(2*kubeQPS))
+		}
+		return cfg
 	}
 }
 
@@ -151,7 +157,7 @@ func (b *bench) runOperator(ctx context.Context, provider string) (phases, error
 	n := b.opts.n
 	key := func(k string) string { return provider + "." + k }
 	cfgPath := filepath.Join(b.tmp, "providers-"+provider+".yaml")
-	if err := os.WriteFile(cfgPath, []byte(providersConfig(provider, n)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(providersConfig(provider, n, b.opts.kubeQPS)), 0o600); err != nil {
 		return phases{}, err
 	}
 	if provider == providerLocal {
@@ -282,9 +288,12 @@ func (b *bench) runOperator(ctx context.Context, provider string) (phases, error
 // writes prints a phase's writes: all of them per Proxy (the bench's own
 // create or delete included, as the floor's are), and by kind.
 func (b *bench) writes(prefix string, w writeCounts, n int) {
-	op := w.without(kubeletPodStatus)
+	op, asks := w.without(kubeletPodStatus).split()
 	b.out.float(prefix+"_writes_per_proxy", op.total()/float64(n))
 	b.out.put(prefix+"_writes", op.perObject(n))
+	if len(asks) > 0 {
+		b.out.put(prefix+"_reviews", asks.perObject(n))
+	}
 	if k := w[kubeletPodStatus]; k > 0 {
 		b.out.float(prefix+"_standin_kubelet_writes_per_proxy", k/float64(n))
 	}

@@ -17,6 +17,23 @@ import (
 // something.
 var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "APPLY": true, "DELETE": true, "DELETECOLLECTION": true}
 
+// reviews are POSTs that ask the API server a question (may I?) and store
+// nothing; they are counted apart from the writes.
+var reviews = map[string]bool{"selfsubjectaccessreviews": true, "subjectaccessreviews": true, "selfsubjectrulesreviews": true, "tokenreviews": true, "localsubjectaccessreviews": true}
+
+// split parts the counts into writes and reviews.
+func (c writeCounts) split() (writes, asks writeCounts) {
+	writes, asks = writeCounts{}, writeCounts{}
+	for k, v := range c {
+		if reviews[k.resource] {
+			asks[k] = v
+		} else {
+			writes[k] = v
+		}
+	}
+	return writes, asks
+}
+
 // writeKey is one kind of write: "PATCH proxies/status".
 type writeKey struct{ verb, resource string }
 
