@@ -81,10 +81,41 @@ type fleet struct {
 	deleted map[string]time.Time
 	gone    map[string]time.Time
 	changed chan struct{} // a non-blocking nudge for the waiter
+	// unhealthy are the ProviderHealth statuses seen not Healthy, in order,
+	// each once.
+	unhealthy []string
+	// provider names the ProviderHealth to follow.
+	provider string
 }
 
-func newFleet() *fleet {
-	return &fleet{applied: map[string]time.Time{}, ready: map[string]time.Time{}, deleted: map[string]time.Time{}, gone: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+// maxHealthNotes bounds the unhealthy statuses kept; healthNoteChars each.
+const (
+	maxHealthNotes  = 5
+	healthNoteChars = 300
+)
+
+func (f *fleet) health(obj any) {
+	ph, ok := obj.(*egressv1.ProviderHealth)
+	if !ok || ph.Name != f.provider {
+		return
+	}
+	cond := apimeta.FindStatusCondition(ph.Status.Conditions, egressv1.ConditionHealthy)
+	if cond == nil || cond.Status == metav1.ConditionTrue {
+		return
+	}
+	note := cond.Reason + ": " + cond.Message
+	if len(note) > healthNoteChars {
+		note = note[:healthNoteChars] + "..."
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.unhealthy) < maxHealthNotes && (len(f.unhealthy) == 0 || f.unhealthy[len(f.unhealthy)-1] != note) {
+		f.unhealthy = append(f.unhealthy, note)
+	}
+}
+
+func newFleet(provider string) *fleet {
+	return &fleet{provider: provider, applied: map[string]time.Time{}, ready: map[string]time.Time{}, deleted: map[string]time.Time{}, gone: map[string]time.Time{}, changed: make(chan struct{}, 1)}
 }
 
 func (f *fleet) nudge() {
@@ -164,7 +195,7 @@ func (b *bench) runOperator(ctx context.Context, provider string) (phases, error
 		b.out.put(key("bind_cidr"), localBindCIDR(n))
 	}
 
-	f := newFleet()
+	f := newFleet(provider)
 	stopWatch, err := b.watchProxies(ctx, f)
 	if err != nil {
 		return phases{}, err
@@ -268,6 +299,14 @@ func (b *bench) runOperator(ctx context.Context, provider string) (phases, error
 		b.out.put(key("backend_left"), b.backendLeft(ctx, c))
 	}
 
+	f.mu.Lock()
+	unhealthy := f.unhealthy
+	f.mu.Unlock()
+	if len(unhealthy) == 0 {
+		b.out.put(key("provider_health"), "Healthy throughout")
+	} else {
+		b.out.put(key("provider_health"), "not Healthy at times: "+strings.Join(unhealthy, " | "))
+	}
 	if rss, err := childproc.PeakRSS(b.mgr.PID); err != nil {
 		b.out.put(key("peak_rss_mib"), "unknown: "+err.Error())
 	} else {
@@ -426,6 +465,18 @@ func (b *bench) watchProxies(ctx context.Context, f *fleet) (stop func(), err er
 	ctx, cancel := context.WithCancel(ctx)
 	inf, err := pc.GetInformer(ctx, &egressv1.Proxy{})
 	if err != nil {
+		cancel()
+		return nil, err
+	}
+	hinf, err := pc.GetInformer(ctx, &egressv1.ProviderHealth{})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if _, err := hinf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    f.health,
+		UpdateFunc: func(_, obj any) { f.health(obj) },
+	}); err != nil {
 		cancel()
 		return nil, err
 	}
