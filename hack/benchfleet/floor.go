@@ -130,7 +130,7 @@ func (f *floor) run(ctx context.Context, provider string) (phases, error) {
 	if err != nil {
 		return phases{}, err
 	}
-	created := after.minus(before)
+	created, _, _ := after.minus(before).split()
 	b.out.seconds(key("create_seconds"), createTime)
 	b.out.latencies(key("apply_to_ready"), ready)
 	b.out.float(key("create_writes_per_object"), created.total()/float64(n))
@@ -156,7 +156,7 @@ func (f *floor) run(ctx context.Context, provider string) (phases, error) {
 	if err != nil {
 		return phases{}, err
 	}
-	deleted := gone.minus(after)
+	deleted, _, _ := gone.minus(after).split()
 	b.out.seconds(key("delete_seconds"), deleteTime)
 	b.out.float(key("delete_writes_per_object"), deleted.total()/float64(n))
 	b.out.put(key("delete_writes"), deleted.perObject(n))

@@ -327,12 +327,14 @@ func (b *bench) runOperator(ctx context.Context, provider string) (phases, error
 // writes prints a phase's writes: all of them per Proxy (the bench's own
 // create or delete included, as the floor's are), and by kind.
 func (b *bench) writes(prefix string, w writeCounts, n int) {
-	op, asks := w.without(kubeletPodStatus).split()
+	op, asks, reads := w.without(kubeletPodStatus).split()
 	b.out.float(prefix+"_writes_per_proxy", op.total()/float64(n))
 	b.out.put(prefix+"_writes", op.perObject(n))
 	if len(asks) > 0 {
 		b.out.put(prefix+"_reviews", asks.perObject(n))
 	}
+	b.out.float(prefix+"_reads_per_proxy", reads.total()/float64(n))
+	b.out.put(prefix+"_reads", reads.perObject(n))
 	if k := w[kubeletPodStatus]; k > 0 {
 		b.out.float(prefix+"_standin_kubelet_writes_per_proxy", k/float64(n))
 	}
@@ -356,7 +358,7 @@ func (b *bench) settle(ctx context.Context, sc *scraper, before writeCounts) (wr
 		if err != nil {
 			return nil, err
 		}
-		if now.minus(last).total() == 0 {
+		if w, _, _ := now.minus(last).split(); w.total() == 0 {
 			return now.minus(before), nil
 		}
 		last = now

@@ -17,21 +17,28 @@ import (
 // something.
 var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "APPLY": true, "DELETE": true, "DELETECOLLECTION": true}
 
+// readVerbs are the verbs that read: counted apart, since a client-side
+// rate limit spends its budget on them too.
+var readVerbs = map[string]bool{"GET": true, "LIST": true}
+
 // reviews are POSTs that ask the API server a question (may I?) and store
 // nothing; they are counted apart from the writes.
 var reviews = map[string]bool{"selfsubjectaccessreviews": true, "subjectaccessreviews": true, "selfsubjectrulesreviews": true, "tokenreviews": true, "localsubjectaccessreviews": true}
 
-// split parts the counts into writes and reviews.
-func (c writeCounts) split() (writes, asks writeCounts) {
-	writes, asks = writeCounts{}, writeCounts{}
+// split parts the counts into writes, reviews and reads.
+func (c writeCounts) split() (writes, asks, reads writeCounts) {
+	writes, asks, reads = writeCounts{}, writeCounts{}, writeCounts{}
 	for k, v := range c {
-		if reviews[k.resource] {
+		switch {
+		case readVerbs[k.verb]:
+			reads[k] = v
+		case reviews[k.resource]:
 			asks[k] = v
-		} else {
+		default:
 			writes[k] = v
 		}
 	}
-	return writes, asks
+	return writes, asks, reads
 }
 
 // writeKey is one kind of write: "PATCH proxies/status".
@@ -39,7 +46,7 @@ type writeKey struct{ verb, resource string }
 
 func (k writeKey) String() string { return k.verb + " " + k.resource }
 
-// writeCounts are the API server's write counters at one moment, summed
+// writeCounts are the API server's write (and read) counters at one moment, summed
 // over response codes and API versions.
 type writeCounts map[writeKey]float64
 
@@ -98,7 +105,7 @@ func parseWrites(sc *bufio.Scanner) (writeCounts, error) {
 		for _, m := range labelRE.FindAllStringSubmatch(line[:end], -1) {
 			labels[m[1]] = m[2]
 		}
-		if !writeVerbs[labels["verb"]] {
+		if !writeVerbs[labels["verb"]] && !readVerbs[labels["verb"]] {
 			continue
 		}
 		res := labels["resource"]
