@@ -87,7 +87,7 @@ func (s *soak) startManager(context.Context) error {
 func (m *supervisor) spawn() (*childproc.Child, error) {
 	c, err := childproc.Start(m.s.opts.manager, m.args, append(os.Environ(), "KUBECONFIG="+m.s.cp.kubeconfig), m.log)
 	if err != nil {
-		return nil, fmt.Errorf("starting the manager: %w", err)
+		return nil, err // names the binary
 	}
 	m.mu.Lock()
 	m.nStarts++
