@@ -3,6 +3,7 @@
 # make demo   run the operator end to end on the embedded local provider
 # make test   build what the tests need and run them all
 # make soak   the crash soak: SIGKILL the operator at random through Proxy cycles
+# make bench-fleet  the fleet benchmark: N Proxies against the API server's floor
 
 SHELL := /usr/bin/env bash -o pipefail
 .SHELLFLAGS := -ec
@@ -173,6 +174,13 @@ SOAK_FLAGS ?=
 soak: build envtest-assets ## Crash soak: Proxy cycles while the operator is SIGKILLed at random; fails on a stuck Proxy, a leaked instance or a duplicate (SOAK_CYCLES=100 SOAK_SEED=0 SOAK_FLAGS=--inject-leak=behind; docs/testing.md).
 	$(GO) build -o $(LOCALBIN)/soak ./hack/soak
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" SOAK_CYCLES=$(SOAK_CYCLES) SOAK_SEED=$(SOAK_SEED) $(LOCALBIN)/soak --manager $(LOCALBIN)/manager $(SOAK_FLAGS)
+
+BENCH_FLAGS ?=
+
+.PHONY: bench-fleet
+bench-fleet: build envtest-assets ## Fleet benchmark: the API server's floor and the operator on N Proxies per provider, `key: value` figures (N=1000 PROVIDERS=local,kubernetes BENCH_MANAGER_FLAGS=; docs/performance.md).
+	$(GO) build -o $(LOCALBIN)/benchfleet ./hack/benchfleet
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/benchfleet --manager $(LOCALBIN)/manager $(BENCH_FLAGS)
 
 .PHONY: envtest-kubectl
 envtest-kubectl:

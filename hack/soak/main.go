@@ -12,12 +12,12 @@
 // rest. --inject-leak makes leaks behind the operator's back, to show the
 // soak can fail.
 //
-// The files:
+// The stand-in kubelet (hack/internal/kubelet) marks the provider's Pods
+// Running and Ready. The files:
 //
 //	main.go          flags, the steps of a run, teardown, the report
 //	controlplane.go  kube-apiserver, etcd, CRDs, namespaces, providers config
 //	manager.go       the operator as a child process: start, SIGKILL, restart, reap
-//	kubelet.go       plays the kubelet: marks the provider's Pods Running and Ready
 //	cycles.go        the Proxies: cycles of create, spec change, delete; residents
 //	census.go        convergence and the count of what is left
 //	inject.go        --inject-leak: instances made behind the operator's back
@@ -43,6 +43,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/childproc"
+	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/kubelet"
 )
 
 var errInterrupted = errors.New("interrupted")
@@ -197,8 +198,11 @@ func (s *soak) run(ctx context.Context) error {
 	if err := s.startControlPlane(); err != nil {
 		return err
 	}
-	kubelet := s.startKubelet(ctx)
-	defer kubelet()
+	kl, err := kubelet.Start(ctx, s.cp.env.Config, backendNamespace, s.out.say)
+	if err != nil {
+		return err
+	}
+	defer kl.Stop()
 	if err := s.startManager(ctx); err != nil {
 		return err
 	}

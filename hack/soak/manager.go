@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -50,16 +49,6 @@ type supervisor struct {
 	shutdownOnce sync.Once
 }
 
-// child is one start of the manager; done is closed once it exited and was
-// reaped.
-type child struct {
-	cmd     *exec.Cmd
-	pid     int
-	started time.Time
-	done    chan struct{}
-	err     error
-}
-
 func (s *soak) startManager(context.Context) error {
 	log, err := os.OpenFile(filepath.Join(s.tmp, managerLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -95,30 +84,22 @@ func (s *soak) startManager(context.Context) error {
 	return nil
 }
 
-func (m *supervisor) spawn() (*child, error) {
-	cmd := exec.Command(m.s.opts.manager, m.args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+m.s.cp.kubeconfig)
-	cmd.Stdout, cmd.Stderr = m.log, m.log
-	cmd.SysProcAttr = childproc.SysProcAttr()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting the manager: %w", err)
+func (m *supervisor) spawn() (*childproc.Child, error) {
+	c, err := childproc.Start(m.s.opts.manager, m.args, append(os.Environ(), "KUBECONFIG="+m.s.cp.kubeconfig), m.log)
+	if err != nil {
+		return nil, err // names the binary
 	}
-	c := &child{cmd: cmd, pid: cmd.Process.Pid, started: time.Now(), done: make(chan struct{})}
 	m.mu.Lock()
 	m.nStarts++
-	m.pid = c.pid
+	m.pid = c.PID
 	n := m.nStarts
 	m.mu.Unlock()
-	_, _ = fmt.Fprintf(m.log, "=== soak: manager start #%d, pid %d, %s\n", n, c.pid, c.started.Format(time.RFC3339Nano))
-	go func() {
-		c.err = cmd.Wait()
-		close(c.done)
-	}()
+	_, _ = fmt.Fprintf(m.log, "=== soak: manager start #%d, pid %d, %s\n", n, c.PID, c.Started.Format(time.RFC3339Nano))
 	return c, nil
 }
 
 // loop is the only goroutine that starts, kills and reaps children.
-func (m *supervisor) loop(c *child) {
+func (m *supervisor) loop(c *childproc.Child) {
 	defer close(m.done)
 	rng := m.s.rng(0)
 	killing := true
@@ -135,26 +116,26 @@ func (m *supervisor) loop(c *child) {
 		for !restart {
 			select {
 			case <-kill:
-				_ = syscall.Kill(-c.pid, syscall.SIGKILL) // the group: the manager and anything it started
-				<-c.done
+				c.Kill(syscall.SIGKILL) // the group: the manager and anything it started
+				<-c.Done()
 				m.mu.Lock()
 				m.nKills++
 				m.mu.Unlock()
-				_, _ = fmt.Fprintf(m.log, "=== soak: SIGKILL to pid %d after %s\n", c.pid, time.Since(c.started).Round(time.Millisecond))
+				_, _ = fmt.Fprintf(m.log, "=== soak: SIGKILL to pid %d after %s\n", c.PID, time.Since(c.Started).Round(time.Millisecond))
 				quickExits = 0
 				restart = true
-			case <-c.done:
+			case <-c.Done():
 				m.mu.Lock()
 				m.nOwnExits++
 				m.mu.Unlock()
-				m.s.out.say("the manager (pid %d) exited on its own after %s: %v; restarting it", c.pid, time.Since(c.started).Round(time.Millisecond), c.err)
-				if time.Since(c.started) < quickExit {
+				m.s.out.say("the manager (pid %d) exited on its own after %s: %v; restarting it", c.PID, time.Since(c.Started).Round(time.Millisecond), c.Err())
+				if time.Since(c.Started) < quickExit {
 					quickExits++
 				} else {
 					quickExits = 0
 				}
 				if quickExits >= maxQuickExits {
-					m.setFailure(fmt.Errorf("the manager exited on its own %d times in a row within %s of its start (last: %v); its output is in %s", quickExits, quickExit, c.err, m.log.Name()))
+					m.setFailure(fmt.Errorf("the manager exited on its own %d times in a row within %s of its start (last: %v); its output is in %s", quickExits, quickExit, c.Err(), m.log.Name()))
 					return
 				}
 				restart = true
@@ -185,16 +166,10 @@ func (m *supervisor) loop(c *child) {
 
 // terminate stops the last child the way a Deployment would: SIGTERM, then
 // SIGKILL after managerGrace.
-func (m *supervisor) terminate(c *child) {
-	_ = syscall.Kill(-c.pid, syscall.SIGTERM)
-	select {
-	case <-c.done:
-		return
-	case <-time.After(managerGrace):
+func (m *supervisor) terminate(c *childproc.Child) {
+	if !c.Stop(managerGrace) {
+		m.setFailure(fmt.Errorf("the manager (pid %d) ignored SIGTERM for %s and was killed", c.PID, managerGrace))
 	}
-	m.setFailure(fmt.Errorf("the manager (pid %d) ignored SIGTERM for %s and was killed", c.pid, managerGrace))
-	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
-	<-c.done
 }
 
 // stopKilling ends the SIGKILLs; once it returned, no more come. The

@@ -2,6 +2,7 @@ package childproc
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -53,4 +54,24 @@ func List() ([]Info, error) {
 		out = append(out, Info{PID: pid, PGID: pgid, Cmdline: strings.TrimSpace(string(bytes.ReplaceAll(cmd, []byte{0}, []byte{' '})))})
 	}
 	return out, nil
+}
+
+// PeakRSS is a live process's peak resident set size in bytes (VmHWM in
+// /proc/<pid>/status): the most memory it held at once since it started.
+func PeakRSS(pid int) (int64, error) {
+	status, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			// "   123456 kB"
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("pid %d: VmHWM %q: %w", pid, v, err)
+			}
+			return kb * 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("pid %d: no VmHWM in /proc/%d/status", pid, pid)
 }

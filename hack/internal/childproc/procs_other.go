@@ -12,3 +12,6 @@ func SysProcAttr() *syscall.SysProcAttr {
 
 // List needs /proc; elsewhere only the children's PIDs can be checked.
 func List() ([]Info, error) { return nil, ErrNoProcfs }
+
+// PeakRSS needs /proc.
+func PeakRSS(int) (int64, error) { return 0, ErrNoProcfs }

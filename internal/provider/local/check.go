@@ -30,6 +30,7 @@ type listenerTarget struct {
 	name    string
 	addr    string // empty: no listener
 	serving bool
+	srv     *server // the listener the snapshot saw, nil for none
 }
 
 func (p *Provider) check(ctx context.Context) provider.CheckResult {
@@ -51,7 +52,7 @@ func (p *Provider) check(ctx context.Context) provider.CheckResult {
 		t := listenerTarget{name: in.name}
 		if in.srv != nil {
 			taken++
-			t.addr, t.serving = in.srv.ln.Addr().String(), in.srv.alive()
+			t.addr, t.serving, t.srv = in.srv.ln.Addr().String(), in.srv.alive(), in.srv
 		}
 		targets = append(targets, t)
 	}
@@ -73,12 +74,23 @@ func (p *Provider) check(ctx context.Context) provider.CheckResult {
 		return res
 	}
 	var dead []string
+	checked := len(targets)
 	for i, t := range targets {
+		if p.beforeCheckDial != nil {
+			p.beforeCheckDial(t.name)
+		}
 		if why := dialListener(ctx, t); why != "" {
 			if ctx.Err() != nil {
 				res.Reason = provider.ReasonTimeout
 				res.Message = fmt.Sprintf("checked %d of %d listeners before the deadline: %v", i, len(targets), ctx.Err())
 				return res
+			}
+			if p.changedSince(t) {
+				// Deleted or restarted since the snapshot (the dials take
+				// seconds at thousands of instances): its closed listener
+				// says nothing about the listeners that serve.
+				checked--
+				continue
 			}
 			dead = append(dead, fmt.Sprintf("%s (%s)", t.name, why))
 		}
@@ -86,12 +98,21 @@ func (p *Provider) check(ctx context.Context) provider.CheckResult {
 	if len(dead) > 0 {
 		res.Reason = provider.ReasonDegraded
 		res.Message = fmt.Sprintf("%d of %d listeners do not accept connections: %s",
-			len(dead), len(targets), strings.Join(dead, ", "))
+			len(dead), checked, strings.Join(dead, ", "))
 		return res
 	}
 	res.Healthy, res.Reason = true, provider.ReasonHealthy
-	res.Message = fmt.Sprintf("range %s binds; all %d listeners accept connections", p.cidr, len(targets))
+	res.Message = fmt.Sprintf("range %s binds; all %d listeners accept connections", p.cidr, checked)
 	return res
+}
+
+// changedSince says whether t's instance is no longer recorded with the
+// listener the snapshot saw.
+func (p *Provider) changedSince(t listenerTarget) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	in, ok := p.instances[t.name]
+	return !ok || in.srv != t.srv
 }
 
 // probe proves the range can be bound at all (it is routed to the loopback

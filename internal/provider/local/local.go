@@ -53,6 +53,10 @@ type Provider struct {
 	// non-nil error fails the call (see conformance_test.go). Nil in
 	// production.
 	fault func(ctx context.Context, op string) error
+	// beforeCheckDial is a test seam Check calls before it dials each
+	// instance's listener, outside p.mu (see check_test.go). Nil in
+	// production.
+	beforeCheckDial func(name string)
 
 	mu        sync.Mutex
 	instances map[string]*instance
