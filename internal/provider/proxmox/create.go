@@ -33,7 +33,7 @@ type plan struct {
 	// cloneNode is where the template lives, so where the clone task
 	// runs; a clone to another node (pl.node) names it as the target.
 	cloneNode string
-	machine  MachineType
+	machine   MachineType
 	// userData is the seed's user-data: the Proxy's cloud-init as given,
 	// else the generated Squid cloud-config for the template's family.
 	userData provider.Sensitive
