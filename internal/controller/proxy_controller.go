@@ -71,6 +71,8 @@ type ProxyReconciler struct {
 	transientBackoff workqueue.TypedRateLimiter[types.NamespacedName]
 	quotaBackoff     workqueue.TypedRateLimiter[types.NamespacedName]
 	progress         progressThrottle
+	// sweeps shares the deletion passes' provider listings (sweep.go).
+	sweeps sweepLists
 }
 
 // Defaults for the reconciler's knobs; main exposes them as flags.

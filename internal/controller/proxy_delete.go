@@ -72,7 +72,7 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 	// instance (a ConfigMap, a seed volume), which no instance listing
 	// shows. The crash soak (make soak) showed that no cheaper test of
 	// "the status may be incomplete" catches every such window, so every
-	// deletion lists once.
+	// deletion pass lists; concurrent passes share the listings (sweep.go).
 	found, err := r.ownedUnrecorded(ctx, entry, px, ids)
 	if err == nil {
 		err = r.deleteOwnedSecondaries(ctx, entry, px, append(ids, found...))
@@ -120,7 +120,7 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 func (r *ProxyReconciler) ownedUnrecorded(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, recorded []string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
-	insts, err := entry.Provider.ListByTag(ctx)
+	insts, err := r.sweeps.of(entry).instances.list(ctx, r.CallTimeout, entry.Provider.ListByTag)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +146,7 @@ func (r *ProxyReconciler) deleteOwnedSecondaries(ctx context.Context, entry *reg
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
-	secs, err := entry.Secondary.ListSecondary(ctx)
+	secs, err := r.sweeps.of(entry).secondaries.list(ctx, r.CallTimeout, entry.Secondary.ListSecondary)
 	if err != nil {
 		return err
 	}
