@@ -1,8 +1,11 @@
 package kubernetes
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/rest"
@@ -79,5 +82,32 @@ func TestClientRateLimitValidation(t *testing.T) {
 		if !strings.Contains(errs.ToAggregate().Error(), want) {
 			t.Errorf("%s: errors %v, want %q", raw, errs, want)
 		}
+	}
+}
+
+// The health check has its own client-side limit: with the workload's
+// limiter drained (a create or delete wave), Check still reads the API
+// server, and reports it Healthy, within its timeout. It shared the
+// workload's limiter before, and in make bench-fleet's 1,000-Proxy run
+// ProviderHealth said Unreachable ("client rate limiter Wait ... would
+// exceed context deadline") while the API server answered fine.
+func TestCheckIsNotStarvedByTheWorkloadsLimiter(t *testing.T) {
+	// One request every 100 s, no burst beyond it: the first call drains it.
+	p := newAPIProvider(t, "inst", Config{ClientQPS: 0.01, ClientBurst: 1}, nil)
+	ctx := context.Background()
+	if _, err := p.Get(ctx, "default/proxy-drains-the-limiter"); err != nil && !errors.Is(err, provider.ErrNotFound) {
+		t.Fatalf("the draining Get: %v", err)
+	}
+	// The workload's next request would wait about 100 s.
+	waiting, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err := p.Get(waiting, "default/proxy-waits")
+	cancel()
+	if err == nil || errors.Is(err, provider.ErrNotFound) {
+		t.Fatalf("a Get behind the drained limiter answered (%v): the limiter is not drained, the test proves nothing", err)
+	}
+	checkCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if res := p.Check(checkCtx); !res.Healthy {
+		t.Errorf("Check with the workload's limiter drained = %+v, want Healthy", res)
 	}
 }
