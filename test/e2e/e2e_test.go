@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,6 +82,7 @@ func TestE2E(t *testing.T) {
 	t.Run("DeleteRemovesObjects", cl.testDeleteRemovesObjects)
 	t.Run("FinalizerBypassGarbageCollected", cl.testFinalizerBypass)
 	t.Run("LeaderKilled", cl.testLeaderKilled)
+	t.Run("LeaderSIGKILLed", cl.testLeaderSIGKILLed)
 	t.Run("ConfigMapChangeReloaded", cl.testConfigMapChange)
 }
 
@@ -173,25 +175,25 @@ func (cl *cluster) testFetchThroughSquid(t *testing.T) {
 	}
 	t.Logf("allowed client fetched the origin's token through Squid at %s:%d", squid, proxyPort)
 
-	// The refused client sends the same absolute-URI request by hand, to
-	// read Squid's status line and error header. Without a CNI that
-	// enforces NetworkPolicy (the e2e cluster's bridge does not), the
-	// instance's NetworkPolicy is inert and Squid's ACL is what refuses.
+	// The refused client makes the same request: wget -S prints the status
+	// line (busybox's wget stops at an error status, so Squid's
+	// X-Squid-Error header is not shown; Squid's access log below says
+	// TCP_DENIED for this client). Without a CNI that enforces
+	// NetworkPolicy (the e2e cluster's bridge does not), the instance's
+	// NetworkPolicy is inert and Squid's ACL is what refuses.
 	out, err = cl.exec(t, refused.Name, "sh", "-c", fmt.Sprintf(
-		`printf 'GET %s HTTP/1.0\r\n\r\n' | busybox nc %s %d`, url, squid, proxyPort))
+		`http_proxy=http://%s:%d busybox wget -S -O - %s 2>&1; echo "wget exit $?"`, squid, proxyPort, url))
 	if err != nil {
 		t.Fatalf("refused client's request: %v: %s", err, out)
 	}
-	status, _, _ := strings.Cut(out, "\n")
-	if !strings.Contains(status, " 403 ") || !strings.Contains(out, "X-Squid-Error: ERR_ACCESS_DENIED") {
-		t.Fatalf("refused client (%s, outside %s/32) got %q, want Squid's 403 ERR_ACCESS_DENIED", refused.Status.PodIP, allowed.Status.PodIP, status)
+	if !strings.Contains(out, "HTTP/1.1 403 Forbidden") ||
+		strings.Contains(out, token) || strings.Contains(out, "wget exit 0") {
+		t.Fatalf("refused client (%s, outside %s/32) got:\n%s\nwant Squid's 403 Forbidden and no token", refused.Status.PodIP, allowed.Status.PodIP, out)
 	}
-	if strings.Contains(out, token) {
-		t.Fatalf("refused client got the origin's token")
-	}
-	t.Logf("refused client got %q from Squid (X-Squid-Error: ERR_ACCESS_DENIED; no NetworkPolicy enforcement on this CNI)", strings.TrimSpace(status))
+	t.Logf("refused client got 403 Forbidden from Squid at %s (Squid's ACL: no NetworkPolicy enforcement on this CNI)", squid)
 
-	// Squid's access log (stdout, through kubectl logs) names both.
+	// Squid's access log (stdout, through kubectl logs) names both: the
+	// 403 is Squid's own refusal (TCP_DENIED), not the origin's.
 	pod := cl.instanceObjects(t, p).pods[0]
 	testenv.EventuallyNil(t, "Squid's access log has both requests", func() error {
 		logs, err := cl.kubectlOut(t, "-n", pod.Namespace, "logs", pod.Name)
@@ -372,36 +374,66 @@ func ownedBy(o client.Object, uid types.UID) bool {
 
 func (cl *cluster) testLeaderKilled(t *testing.T) {
 	ctx := context.Background()
-	leader, lease := cl.waitLeader(t, "")
+	leader, holder, lease := cl.waitLeader(t, "")
 	killed := time.Now()
 	err := cl.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNamespace, Name: leader}},
 		client.GracePeriodSeconds(0))
 	if err != nil {
 		t.Fatalf("force-deleting the leader %s: %v", leader, err)
 	}
-	p := cl.createProxy(t, "after-kill", podsProvider, []string{podRange})
-	next, _ := cl.waitLeader(t, leader)
-	took := time.Since(killed)
-	t.Logf("leader %s force-deleted; %s took the Lease after %s (leaseDurationSeconds %d)",
-		leader, next, took.Round(time.Millisecond), ptr.Deref(lease.Spec.LeaseDurationSeconds, 0))
+	p := cl.createProxy(t, "after-delete", podsProvider, []string{podRange})
+	next, _, _ := cl.waitLeader(t, holder)
+	t.Logf("leader %s force-deleted (--grace-period=0 --force); %s took the Lease after %s (leaseDurationSeconds %d)",
+		leader, next, time.Since(killed).Round(time.Millisecond), ptr.Deref(lease.Spec.LeaseDurationSeconds, 0))
 	p = cl.waitReady(t, p)
 	t.Logf("Proxy %s, created right after the kill, Ready %s after it", p.Name, time.Since(killed).Round(time.Millisecond))
 }
 
-// waitLeader waits for the Lease to be held by a running operator Pod
-// other than not, and returns that Pod's name and the Lease.
-func (cl *cluster) waitLeader(t *testing.T, not string) (string, *coordinationv1.Lease) {
+// testLeaderSIGKILLed kills the leader's process on the node with SIGKILL,
+// so that, unlike a Pod deletion (where the kubelet still sends SIGTERM
+// and the leader releases its Lease), nothing is released: the standby
+// takes over once the Lease expires.
+func (cl *cluster) testLeaderSIGKILLed(t *testing.T) {
+	leader, holder, lease := cl.waitLeader(t, "")
+	var pod corev1.Pod
+	if err := cl.c.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: leader}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	if len(pod.Status.ContainerStatuses) != 1 {
+		t.Fatalf("operator Pod %s has %d container statuses", leader, len(pod.Status.ContainerStatuses))
+	}
+	_, id, _ := strings.Cut(pod.Status.ContainerStatuses[0].ContainerID, "://")
+	pid, err := processOfContainer(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("SIGKILL of the leader's process %d: %v", pid, err)
+	}
+	killed := time.Now()
+	p := cl.createProxy(t, "after-sigkill", podsProvider, []string{podRange})
+	next, _, _ := cl.waitLeader(t, holder)
+	t.Logf("leader %s SIGKILLed (pid %d on the node); %s took the Lease after %s (leaseDurationSeconds %d)",
+		leader, pid, next, time.Since(killed).Round(time.Millisecond), ptr.Deref(lease.Spec.LeaseDurationSeconds, 0))
+	p = cl.waitReady(t, p)
+	t.Logf("Proxy %s, created right after the kill, Ready %s after it", p.Name, time.Since(killed).Round(time.Millisecond))
+}
+
+// waitLeader waits for the Lease to be held by a running operator Pod,
+// under another identity than not (controller-runtime's is
+// <Pod name>_<uuid>, new at each start), and returns that Pod's name, the
+// identity and the Lease.
+func (cl *cluster) waitLeader(t *testing.T, not string) (string, string, *coordinationv1.Lease) {
 	t.Helper()
-	var name string
+	var name, holder string
 	var lease coordinationv1.Lease
 	testenv.EventuallyNilWithin(t, slow, "an operator Pod holds the leader Lease", func() error {
 		if err := cl.c.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: leaseName}, &lease); err != nil {
 			return err
 		}
-		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
-		// controller-runtime's identity is <hostname>_<uuid>; the hostname is the Pod's name.
+		holder = ptr.Deref(lease.Spec.HolderIdentity, "")
 		name, _, _ = strings.Cut(holder, "_")
-		if name == "" || name == not {
+		if name == "" || holder == not {
 			return fmt.Errorf("held by %q", holder)
 		}
 		for _, p := range cl.operatorPods(t) {
@@ -411,7 +443,7 @@ func (cl *cluster) waitLeader(t *testing.T, not string) (string, *coordinationv1
 		}
 		return fmt.Errorf("held by %q, which is no running operator Pod", holder)
 	})
-	return name, &lease
+	return name, holder, &lease
 }
 
 // --- (g) ---------------------------------------------------------------
