@@ -12,8 +12,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,9 +27,12 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,6 +55,7 @@ const (
 	operatorNamespace = "egress-proxies-operator-system"
 	operatorLabel     = "control-plane=controller-manager"
 	deploymentName    = "egress-proxies-operator-controller-manager"
+	metricsService    = "egress-proxies-operator-controller-manager-metrics-service"
 	leaseName         = "egress-proxies-operator.proxy-operator.dev"
 	podsProvider      = "pods" // the kubernetes entry
 	podRange          = "10.244.77.0/24"
@@ -84,6 +92,7 @@ func TestE2E(t *testing.T) {
 	t.Run("LeaderKilled", cl.testLeaderKilled)
 	t.Run("LeaderSIGKILLed", cl.testLeaderSIGKILLed)
 	t.Run("ConfigMapChangeReloaded", cl.testConfigMapChange)
+	t.Run("MetricsScrapedWithToken", cl.testMetricsScrape)
 }
 
 func connect(t *testing.T, kubeconfig string) *cluster {
@@ -548,6 +557,116 @@ func podRestarts(pods []corev1.Pod) map[types.UID]int32 {
 		}
 	}
 	return m
+}
+
+// --- metrics -----------------------------------------------------------
+
+// testMetricsScrape scrapes the operator as Prometheus's kubernetes service
+// discovery does: the metrics Service's EndpointSlices from the API server,
+// then each endpoint over HTTPS with a ServiceAccount's bearer token, which
+// the operator checks with TokenReview and SubjectAccessReview. A token
+// without the metrics-reader binding gets 403, no token 401. The test runs
+// on the node, so it reaches the Pod IPs over the bridge.
+func (cl *cluster) testMetricsScrape(t *testing.T) {
+	ctx := context.Background()
+	reader := cl.serviceAccountToken(t, "metrics-scraper")
+	other := cl.serviceAccountToken(t, "no-metrics")
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: cl.ns + "-metrics-scraper"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "egress-proxies-operator-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: cl.ns, Name: "metrics-scraper"}},
+	}
+	if err := cl.c.Create(ctx, crb); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.c.Delete(ctx, crb) })
+
+	var endpoints []string
+	testenv.EventuallyNilWithin(t, slow, "the metrics Service has ready endpoints", func() error {
+		var l discoveryv1.EndpointSliceList
+		if err := cl.c.List(ctx, &l, client.InNamespace(operatorNamespace),
+			client.MatchingLabels{discoveryv1.LabelServiceName: metricsService}); err != nil {
+			return err
+		}
+		endpoints = nil
+		for _, s := range l.Items {
+			for _, e := range s.Endpoints {
+				if ptr.Deref(e.Conditions.Ready, false) && len(e.Addresses) > 0 {
+					endpoints = append(endpoints, e.Addresses[0])
+				}
+			}
+		}
+		if len(endpoints) < 2 {
+			return fmt.Errorf("ready endpoints %v, want both replicas", endpoints)
+		}
+		return nil
+	})
+
+	httpc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		// The operator serves metrics with controller-runtime's
+		// self-signed certificate, as Prometheus's insecure_skip_verify
+		// scrape config for it assumes.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // self-signed, see above
+	}}
+	scrape := func(ip, token string) (int, string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+net.JoinHostPort(ip, "8443")+"/metrics", nil)
+		if err != nil {
+			return 0, "", err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := httpc.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	for _, ip := range endpoints {
+		testenv.EventuallyNil(t, "scrape of "+ip+" with the metrics-reader token", func() error {
+			code, body, err := scrape(ip, reader)
+			if err != nil {
+				return err
+			}
+			if code != http.StatusOK {
+				return fmt.Errorf("status %d", code) // the RBAC binding may not be seen yet
+			}
+			for _, want := range []string{"egress_proxy_config_last_reload_successful 1", "controller_runtime_reconcile_total"} {
+				if !strings.Contains(body, want) {
+					return fmt.Errorf("no %q in the scrape", want)
+				}
+			}
+			return nil
+		})
+		if code, _, err := scrape(ip, other); err != nil || code != http.StatusForbidden {
+			t.Errorf("scrape of %s with a token lacking metrics-reader: status %d, err %v; want 403", ip, code, err)
+		}
+		if code, _, err := scrape(ip, ""); err != nil || code != http.StatusUnauthorized {
+			t.Errorf("scrape of %s without a token: status %d, err %v; want 401", ip, code, err)
+		}
+	}
+	t.Logf("scraped %v:8443/metrics with a metrics-reader token (403 without the binding, 401 without a token)", endpoints)
+}
+
+// serviceAccountToken creates a ServiceAccount in the test's namespace and
+// returns a short-lived token for it (TokenRequest). Never logged.
+func (cl *cluster) serviceAccountToken(t *testing.T, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: cl.ns, Name: name}}
+	if err := cl.c.Create(ctx, sa); err != nil {
+		t.Fatal(err)
+	}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}
+	if err := cl.c.SubResource("token").Create(ctx, sa, tr); err != nil {
+		t.Fatalf("TokenRequest for %s: %v", name, err)
+	}
+	if tr.Status.Token == "" {
+		t.Fatalf("TokenRequest for %s returned no token", name)
+	}
+	return tr.Status.Token
 }
 
 // --- helpers -----------------------------------------------------------
