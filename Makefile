@@ -98,6 +98,10 @@ cluster-smoke: ## Check the running e2e cluster: node Ready, a non-root read-onl
 cluster-load: ## Import an image archive (docker-archive or OCI) into the e2e cluster's containerd: IMAGE_ARCHIVE=path.tar.
 	hack/cluster/load.sh "$(IMAGE_ARCHIVE)"
 
+.PHONY: test-e2e
+test-e2e: $(KUSTOMIZE) ## End to end on the e2e cluster: cluster-up, both images built and imported, test/e2e/config applied, go test ./test/e2e, cluster-down (root; E2E_RUN=FetchThroughSquid runs one subtest; docs/testing.md).
+	KUSTOMIZE="$(KUSTOMIZE)" test/e2e/run.sh
+
 ##@ libvirt test host (hack/libvirt; root; `make test` runs test-libvirt with PKG=./hack/libvirt/...)
 
 # The packages test-libvirt runs inside the host, and extra go test flags.
