@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -87,6 +88,20 @@ func TestOperatorRunsWithGeneratedRBAC(t *testing.T) {
 			return fmt.Errorf("not Healthy: %+v", ph.Status.Conditions)
 		}
 		return nil
+	})
+	// Leader election records a core/v1 Event when it takes the lease;
+	// without the right to it the event is dropped (and logged as refused).
+	testenv.EventuallyNil(t, "the leader election's event written under the generated RBAC", func() error {
+		evs := &corev1.EventList{}
+		if err := env.Client.List(ctx, evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, ev := range evs.Items {
+			if ev.Reason == "LeaderElection" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no LeaderElection event among %d events in %s", len(evs.Items), ns)
 	})
 	if err := env.Client.Delete(ctx, px); err != nil {
 		t.Fatal(err)
