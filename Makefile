@@ -72,6 +72,22 @@ test: manifests generate vet envtest-assets install-test-deps ## Run every test 
 	else \
 		KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(MAKE) --no-print-directory test-libvirt PKG=./hack/libvirt/...; \
 	fi
+	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+
+# Every native fuzzer (func FuzzXxx in a fuzz_test.go), one `go test -fuzz`
+# each: go fuzzes one target per run. Plain `go test` already replays each
+# seed corpus (testdata/fuzz/FuzzXxx); this also searches for new inputs.
+FUZZTIME ?= 10s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzzer for FUZZTIME (default 10s) in turn; a failing input is written to the package's testdata/fuzz.
+	@for f in $$(find internal -name fuzz_test.go | sort); do \
+		pkg=./$$(dirname $$f); \
+		for name in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "fuzz: $$pkg $$name for $(FUZZTIME)"; \
+			$(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime=$(FUZZTIME) || exit 1; \
+		done; \
+	done
 
 .PHONY: bench
 bench: envtest-assets ## Run the benchmarks.
