@@ -3,12 +3,14 @@ package config
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/yaml"
 )
 
 // fileErrors are the two errors about the whole file, which have no path.
@@ -91,7 +93,9 @@ func checkFieldErrors(t *testing.T, err error, prefix string) {
 	}
 }
 
-// render writes entries back as a providers file.
+// render writes entries back as a providers file, in JSON (which is YAML)
+// with every non-ASCII rune escaped: YAML refuses raw control characters
+// (U+0080 and the like) that a file may spell with escapes.
 func render(t *testing.T, es []Entry) []byte {
 	t.Helper()
 	list := make([]map[string]any, len(es))
@@ -102,11 +106,29 @@ func render(t *testing.T, es []Entry) []byte {
 		}
 		list[i] = m
 	}
-	out, err := yaml.Marshal(map[string]any{"providers": list})
+	out, err := json.Marshal(map[string]any{"providers": list})
 	if err != nil {
 		t.Fatalf("Marshal: %v", err)
 	}
-	return out
+	return asciiJSON(out)
+}
+
+// asciiJSON escapes every non-ASCII rune of JSON text (they occur only
+// inside strings) as \uXXXX, in UTF-16 as JSON spells them.
+func asciiJSON(js []byte) []byte {
+	var b strings.Builder
+	for _, r := range string(js) {
+		switch {
+		case r < utf8.RuneSelf:
+			b.WriteRune(r)
+		case r > 0xFFFF:
+			hi, lo := utf16.EncodeRune(r)
+			fmt.Fprintf(&b, "\\u%04x\\u%04x", hi, lo)
+		default:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		}
+	}
+	return []byte(b.String())
 }
 
 func sameJSON(t *testing.T, a, b json.RawMessage) bool {
