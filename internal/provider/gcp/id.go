@@ -45,7 +45,8 @@ func formatRuleID(name string, id uint64) string {
 func parseRuleID(id string) (name string, ruleID uint64, err error) {
 	parts := strings.Split(id, "/")
 	if len(parts) == 3 && parts[0] == idFirewalls && gceName.MatchString(parts[1]) {
-		if n, perr := strconv.ParseUint(parts[2], 10, 64); perr == nil && n > 0 {
+		// Only the canonical spelling: "012" would be a second ID of rule 12.
+		if n, perr := strconv.ParseUint(parts[2], 10, 64); perr == nil && n > 0 && strconv.FormatUint(n, 10) == parts[2] {
 			return parts[1], n, nil
 		}
 	}
