@@ -4,22 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
-
-// The kinds of backend object the kubernetes provider makes per instance,
-// in the report's order.
-var backendKinds = []string{"pods", "services", "configmaps", "networkpolicies"}
 
 // census is what the run left once the operator converged (or the wait for
 // it ended).
@@ -32,9 +24,11 @@ type census struct {
 	// leaked lists, by kind, the marked objects of this installation whose
 	// UID names no existing Proxy.
 	leaked map[string][]string
-	// duplicates names each existing Proxy with more than one Pod.
+	// duplicates names each existing Proxy with more than one instance.
 	duplicates []string
 	proxies    int
+	// kinds are the backend's kinds, in the report's order.
+	kinds []string
 }
 
 func (c *census) leakedTotal() int {
@@ -50,13 +44,13 @@ func (c *census) verdict() error {
 	if len(c.stuck) > 0 {
 		errs = append(errs, fmt.Errorf("%d Proxies stuck: %s", len(c.stuck), strings.Join(c.stuck, "; ")))
 	}
-	for _, k := range backendKinds {
+	for _, k := range c.kinds {
 		if l := c.leaked[k]; len(l) > 0 {
 			errs = append(errs, fmt.Errorf("%d %s leaked: %s", len(l), k, strings.Join(l, ", ")))
 		}
 	}
 	if len(c.duplicates) > 0 {
-		errs = append(errs, fmt.Errorf("%d Proxies with two Pods at rest: %s", len(c.duplicates), strings.Join(c.duplicates, "; ")))
+		errs = append(errs, fmt.Errorf("%d Proxies with two instances at rest: %s", len(c.duplicates), strings.Join(c.duplicates, "; ")))
 	}
 	return errors.Join(errs...)
 }
@@ -126,52 +120,22 @@ func describe(px *egressv1.Proxy) string {
 		px.Name, px.Status.Phase, ready, px.Status.ProviderID, px.Status.RetiringProviderID, px.Status.SupersededProviderIDs, deleting)
 }
 
-// count lists every object of this installation on the backend, in every
-// namespace, against the Proxies that exist.
+// count lists what this installation left on the backend against the
+// Proxies that exist.
 func (s *soak) count(ctx context.Context) (*census, error) {
-	cl := s.cp.client()
 	var proxies egressv1.ProxyList
-	if err := cl.List(ctx, &proxies); err != nil {
+	if err := s.cp.client().List(ctx, &proxies); err != nil {
 		return nil, err
 	}
 	exists := map[string]string{}
 	for _, px := range proxies.Items {
 		exists[string(px.UID)] = px.Name
 	}
-	ours := client.MatchingLabels{provider.MarkManaged: provider.MarkManagedValue, provider.MarkInstallation: installationID}
-	lists := map[string]client.ObjectList{
-		"pods":            &corev1.PodList{},
-		"services":        &corev1.ServiceList{},
-		"configmaps":      &corev1.ConfigMapList{},
-		"networkpolicies": &networkingv1.NetworkPolicyList{},
+	leaked, duplicates, err := s.backend.count(ctx, exists)
+	if err != nil {
+		return nil, err
 	}
-	c := &census{leaked: map[string][]string{}, proxies: len(proxies.Items)}
-	podsOf := map[string][]string{}
-	for _, kind := range backendKinds {
-		if err := cl.List(ctx, lists[kind], ours); err != nil {
-			return nil, fmt.Errorf("listing %s: %w", kind, err)
-		}
-		objs, err := apimeta.ExtractList(lists[kind])
-		if err != nil {
-			return nil, err
-		}
-		for _, o := range objs {
-			m := o.(client.Object)
-			uid := m.GetLabels()[provider.MarkUID]
-			if _, ok := exists[uid]; !ok {
-				c.leaked[kind] = append(c.leaked[kind], fmt.Sprintf("%s/%s (uid %q)", m.GetNamespace(), m.GetName(), uid))
-			} else if kind == "pods" {
-				podsOf[uid] = append(podsOf[uid], m.GetName())
-			}
-		}
-	}
-	for uid, pods := range podsOf {
-		if len(pods) > 1 {
-			c.duplicates = append(c.duplicates, fmt.Sprintf("%s: %s", exists[uid], strings.Join(pods, ", ")))
-		}
-	}
-	sort.Strings(c.duplicates)
-	return c, nil
+	return &census{leaked: leaked, duplicates: duplicates, proxies: len(proxies.Items), kinds: s.backend.kinds()}, nil
 }
 
 // report prints the run's figures, one `key: value` a line.
@@ -181,6 +145,7 @@ func (s *soak) report(c *census) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	lines := [][2]any{
+		{"provider", s.opts.provider},
 		{"seed", s.opts.seed},
 		{"cycles", st.cycles},
 		{"kills", kills},
@@ -195,7 +160,7 @@ func (s *soak) report(c *census) {
 		{"proxies at rest", c.proxies},
 		{"stuck", len(c.stuck)},
 	}
-	for _, k := range backendKinds {
+	for _, k := range c.kinds {
 		lines = append(lines, [2]any{"leaked " + k, len(c.leaked[k])})
 	}
 	lines = append(lines,

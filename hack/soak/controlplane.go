@@ -17,26 +17,14 @@ import (
 )
 
 const (
-	// proxyNamespace holds the Proxies, backendNamespace the provider's
-	// objects: a fixed namespace, as a deployed entry has, so the objects
-	// carry no OwnerReference (no kube-controller-manager runs here anyway)
-	// and only the operator's own deletes remove them.
-	proxyNamespace   = "soak"
-	backendNamespace = "soak-backend"
+	// proxyNamespace holds the Proxies.
+	proxyNamespace = "soak"
 	// entryName is the providers config entry the Proxies name.
-	entryName = "pods"
+	entryName = "soaked"
 	// installationID is the manager's --installation-id, marked on every
 	// instance it makes.
 	installationID = "soak"
 )
-
-// providersConfig is the manager's providers config: one kubernetes entry.
-const providersConfig = `providers:
-  - name: ` + entryName + `
-    type: kubernetes
-    kubernetes:
-      namespace: ` + backendNamespace + `
-`
 
 type controlPlane struct {
 	env        *testenv.Env
@@ -47,7 +35,13 @@ type controlPlane struct {
 func (c *controlPlane) client() client.Client { return c.env.Client }
 
 func (s *soak) startControlPlane() error {
-	env, err := childproc.StartControlPlane(s.tmp, s.opts.crdDir, "`make soak`", s.out.say)
+	var extra []testenv.Option
+	if s.opts.provider == providerLibvirt {
+		// The libvirt test host's namespace has no default route to
+		// derive the advertise address from.
+		extra = append(extra, testenv.WithAdvertiseAddress("127.0.0.1"))
+	}
+	env, err := childproc.StartControlPlane(s.tmp, s.opts.crdDir, "`make soak`", s.out.say, extra...)
 	if err != nil {
 		return err
 	}
@@ -55,17 +49,12 @@ func (s *soak) startControlPlane() error {
 	if err := env.WriteKubeconfig(s.cp.kubeconfig); err != nil {
 		return err
 	}
-	if err := os.WriteFile(s.cp.providers, []byte(providersConfig), 0o600); err != nil {
-		return err
-	}
-	// --inject-leak calls the kubernetes provider as a library, which finds
-	// its cluster the way the operator does.
-	if err := os.Setenv("KUBECONFIG", s.cp.kubeconfig); err != nil {
+	if err := os.WriteFile(s.cp.providers, []byte(s.backend.providersConfig()), 0o600); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, ns := range []string{proxyNamespace, backendNamespace} {
+	for _, ns := range append([]string{proxyNamespace}, s.backend.namespaces()...) {
 		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return fmt.Errorf("creating namespace %s: %w", ns, err)
 		}

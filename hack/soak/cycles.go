@@ -44,7 +44,7 @@ func (s *soak) drive(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	for i := range s.opts.residents {
-		px := newProxy(fmt.Sprintf("resident-%d", i))
+		px := s.newProxy(fmt.Sprintf("resident-%d", i))
 		if err := s.cp.client().Create(ctx, px); err != nil {
 			return fmt.Errorf("creating %s: %w", px.Name, err)
 		}
@@ -113,15 +113,8 @@ func (s *soak) progress(ctx context.Context) {
 		s.stats.cycles, s.opts.cycles, s.stats.created, s.stats.deleted, s.stats.specChanges+s.stats.residentSpecChanges, live, kills, starts, own, s.stats.cycleTimeouts)
 }
 
-func newProxy(name string) *egressv1.Proxy {
-	return &egressv1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: name},
-		Spec: egressv1.ProxySpec{
-			Provider:            entryName,
-			Port:                basePort,
-			AllowedSourceRanges: []string{"10.244.0.0/16"},
-		},
-	}
+func (s *soak) newProxy(name string) *egressv1.Proxy {
+	return &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: proxyNamespace, Name: name}, Spec: s.backend.proxySpec()}
 }
 
 // cycle is one Proxy's life: created, maybe its spec changed, deleted, and
@@ -130,7 +123,7 @@ func newProxy(name string) *egressv1.Proxy {
 // Proxies still there; only an API error the soak cannot go on after ends
 // the run.
 func (s *soak) cycle(ctx context.Context, n int, rng *rand.Rand) error {
-	px := newProxy(fmt.Sprintf("cycle-%04d", n))
+	px := s.newProxy(fmt.Sprintf("cycle-%04d", n))
 	if err := s.cp.client().Create(ctx, px); err != nil {
 		return fmt.Errorf("creating %s: %w", px.Name, err)
 	}
@@ -147,12 +140,12 @@ func (s *soak) cycle(ctx context.Context, n int, rng *rand.Rand) error {
 	case planReadyThenDelete:
 		err = s.waitCycle(ctx, key, "Ready", proxyReady)
 	case planDeleteEarly:
-		err = pause(ctx, time.Duration(rng.Int64N(int64(3*time.Second))))
+		err = pause(ctx, time.Duration(rng.Int64N(int64(s.opts.earlyMax))))
 	case planChangeThenDelete:
-		if err = readyOrPause(3 * time.Second); err == nil {
+		if err = readyOrPause(s.opts.earlyMax); err == nil {
 			if err = s.setPort(ctx, key, basePort+1+int32(rng.IntN(2))); err == nil {
 				s.stats.add(func(st *stats) { st.specChanges++ })
-				err = readyOrPause(2 * time.Second)
+				err = readyOrPause(s.opts.earlyMax * 2 / 3)
 			}
 		}
 	}
@@ -223,12 +216,13 @@ func (s *soak) setPort(ctx context.Context, key types.NamespacedName, port int32
 	return nil
 }
 
-// changeResidents changes one resident's port every 5 to 20 s, so the
-// residents go through replacements while the operator is being killed.
+// changeResidents changes one resident's port every --resident-min to
+// --resident-max, so the residents go through replacements while the
+// operator is being killed.
 func (s *soak) changeResidents(ctx context.Context) {
 	rng := s.rng(1 << 32)
 	for {
-		if pause(ctx, 5*time.Second+time.Duration(rng.Int64N(int64(15*time.Second)))) != nil {
+		if pause(ctx, s.opts.residentMin+time.Duration(rng.Int64N(int64(s.opts.residentMax-s.opts.residentMin)+1))) != nil {
 			return
 		}
 		key := types.NamespacedName{Namespace: proxyNamespace, Name: fmt.Sprintf("resident-%d", rng.IntN(s.opts.residents))}

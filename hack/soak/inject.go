@@ -3,25 +3,22 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/kubernetes"
 )
 
-// The --inject-leak modes. Both make, through the kubernetes provider
-// itself (the same Pod, Service, ConfigMap and NetworkPolicy, the same
-// marks), an instance the operator never recorded:
+// The --inject-leak modes. Both make, through the soaked provider itself
+// (the same objects or domain and volumes, the same marks), an instance
+// the operator never recorded:
 //
 //   - behind: for the Proxy about to be deleted, under a name of a shape
 //     it never had: the instance a crash between Create and the status
-//     write leaves once the spec moved on. The reconciler's sweep before
-//     the finalizer goes finds it only when the status may not record
-//     everything (nothing recorded, or a spec ahead of the record), so
-//     for a Proxy at rest it outlives the Proxy: LEAKED.
+//     write leaves once the spec moved on. The deletion's sweep lists the
+//     provider and must find it by its UID; if it does not, it outlives
+//     the Proxy: LEAKED.
 //   - orphan: with the UID of a Proxy that never existed, which no
 //     reconcile ever looks for: the collector's job, and it never runs a
 //     deleting pass here, so always LEAKED.
@@ -30,19 +27,7 @@ const (
 	injectOrphan = "orphan"
 )
 
-var (
-	injectorOnce sync.Once
-	injector     *kubernetes.Provider
-	injectorErr  error
-)
-
 func (s *soak) injectLeak(ctx context.Context, key types.NamespacedName) error {
-	injectorOnce.Do(func() {
-		injector, injectorErr = kubernetes.New(entryName, kubernetes.Config{Namespace: backendNamespace}, provider.Options{InstallationID: installationID})
-	})
-	if injectorErr != nil {
-		return injectorErr
-	}
 	px := &egressv1.Proxy{}
 	if err := s.cp.client().Get(ctx, key, px); err != nil {
 		return fmt.Errorf("reading %s: %w", key.Name, err)
@@ -59,11 +44,11 @@ func (s *soak) injectLeak(ctx context.Context, key types.NamespacedName) error {
 		req.UID = "soak-orphan-" + string(px.UID)
 	}
 	req.Name = provider.InstanceName(req.Namespace, req.ProxyName, req.UID, "soak-injected")
-	inst, err := injector.Create(ctx, req)
+	id, err := s.backend.inject(ctx, req)
 	if err != nil {
 		return fmt.Errorf("injecting an instance for %s: %w", px.Name, err)
 	}
 	s.stats.add(func(st *stats) { st.injected++ })
-	s.out.say("injected %s: instance %s (uid %s) behind the operator's back", s.opts.inject, inst.ID, req.UID)
+	s.out.say("injected %s: instance %s (uid %s) behind the operator's back", s.opts.inject, id, req.UID)
 	return nil
 }

@@ -1,19 +1,20 @@
 // Command soak is the crash soak (`make soak`, docs/testing.md): it runs
 // the operator binary as a child process against a real kube-apiserver and
-// etcd on the kubernetes provider, drives random create / spec-change /
-// delete cycles of Proxies while SIGKILLing the operator at random moments
-// and restarting it at once, then stops killing, lets the operator converge
-// and counts what is left on the backend. The collector never runs a
-// deleting pass (--gc-interval and --gc-grace far beyond the run, and
-// --gc-dry-run), so what the reconciler leaves behind stays visible.
+// etcd, on the kubernetes provider or on the libvirt provider with the
+// libvirt test host's real libvirtd (--provider), drives random create /
+// spec-change / delete cycles of Proxies while SIGKILLing the operator at
+// random moments and restarting it at once, then stops killing, lets the
+// operator converge and counts what is left on the backend. The collector
+// never runs a deleting pass (--gc-interval and --gc-grace far beyond the
+// run, and --gc-dry-run), so what the reconciler leaves behind stays
+// visible.
 //
 // It exits non-zero when a Proxy is stuck, an instance (Pod, Service,
-// ConfigMap, NetworkPolicy) outlived its Proxy, or a Proxy has two Pods at
-// rest. --inject-leak makes leaks behind the operator's back, to show the
-// soak can fail.
+// ConfigMap, NetworkPolicy; domain, overlay, seed ISO) outlived its Proxy,
+// or a Proxy has two instances at rest. --inject-leak makes leaks behind
+// the operator's back, to show the soak can fail.
 //
-// The stand-in kubelet (hack/internal/kubelet) marks the provider's Pods
-// Running and Ready. The files:
+// The files:
 //
 //	main.go          flags, the steps of a run, teardown, the report
 //	controlplane.go  kube-apiserver, etcd, CRDs, namespaces, providers config
@@ -21,6 +22,9 @@
 //	cycles.go        the Proxies: cycles of create, spec change, delete; residents
 //	census.go        convergence and the count of what is left
 //	inject.go        --inject-leak: instances made behind the operator's back
+//	backend.go       what a run needs of the soaked provider; per-provider defaults
+//	kubernetes.go    the kubernetes provider, with a stand-in kubelet (hack/internal/kubelet)
+//	libvirt.go       the libvirt provider on the libvirt test host (run by libvirt.sh)
 package main
 
 import (
@@ -43,18 +47,21 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/childproc"
-	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/kubelet"
 )
 
 var errInterrupted = errors.New("interrupted")
 
 type options struct {
+	provider        string
 	manager         string
 	crdDir          string
 	cycles          int
 	seed            uint64
 	concurrency     int
 	residents       int
+	residentMin     time.Duration
+	residentMax     time.Duration
+	earlyMax        time.Duration
 	killMin         time.Duration
 	killMax         time.Duration
 	cycleTimeout    time.Duration
@@ -67,16 +74,20 @@ type options struct {
 func main() {
 	var o options
 	fs := flag.NewFlagSet("soak", flag.ExitOnError)
+	fs.StringVar(&o.provider, "provider", envString("SOAK_PROVIDER", providerKubernetes), "the provider to soak: kubernetes (a stand-in kubelet on the run's API server) or libvirt (the libvirt test host's libvirtd; run inside it by hack/soak/libvirt.sh) (env SOAK_PROVIDER)")
 	fs.StringVar(&o.manager, "manager", "", "the operator `binary` to run and kill (make soak builds bin/manager)")
 	fs.StringVar(&o.crdDir, "crd-dir", "config/crd/bases", "the CRDs to install")
-	fs.IntVar(&o.cycles, "cycles", envInt("SOAK_CYCLES", 100), "create/delete cycles of Proxies to run (env SOAK_CYCLES)")
+	fs.IntVar(&o.cycles, "cycles", 0, "create/delete cycles of Proxies to run (env SOAK_CYCLES; default 100 on kubernetes, 40 on libvirt)")
 	fs.Uint64Var(&o.seed, "seed", uint64(envInt("SOAK_SEED", 0)), "seed of every random choice; 0 picks one (env SOAK_SEED; the run prints it)")
-	fs.IntVar(&o.concurrency, "concurrency", 10, "cycles running at once (at most this many cycle Proxies live at once)")
-	fs.IntVar(&o.residents, "residents", 3, "Proxies that live through the whole run, their spec changed now and then")
+	fs.IntVar(&o.concurrency, "concurrency", 0, "cycles running at once (at most this many cycle Proxies live at once; default 10 on kubernetes, 3 on libvirt)")
+	fs.IntVar(&o.residents, "residents", -1, "Proxies that live through the whole run, their spec changed now and then (default 3 on kubernetes, 1 on libvirt)")
+	fs.DurationVar(&o.residentMin, "resident-min", 0, "shortest time between two spec changes of a resident (default 5s on kubernetes, 1m30s on libvirt)")
+	fs.DurationVar(&o.residentMax, "resident-max", 0, "longest time between two spec changes of a resident (default 20s on kubernetes, 3m on libvirt)")
+	fs.DurationVar(&o.earlyMax, "early-max", 0, "longest pause before an early delete, which lands mid-create (default 3s on kubernetes, 20s on libvirt: the create steps and the boot)")
 	fs.DurationVar(&o.killMin, "kill-min", 2*time.Second, "shortest time between two SIGKILLs of the operator")
 	fs.DurationVar(&o.killMax, "kill-max", 15*time.Second, "longest time between two SIGKILLs of the operator")
-	fs.DurationVar(&o.cycleTimeout, "cycle-timeout", 3*time.Minute, "longest wait inside one cycle (for Ready, for the deletion); a cycle past it is left to the final check")
-	fs.DurationVar(&o.convergeTimeout, "converge-timeout", 3*time.Minute, "how long the operator may take to converge once the killing stopped")
+	fs.DurationVar(&o.cycleTimeout, "cycle-timeout", 0, "longest wait inside one cycle (for Ready, for the deletion); a cycle past it is left to the final check (default 3m on kubernetes, 10m on libvirt)")
+	fs.DurationVar(&o.convergeTimeout, "converge-timeout", 0, "how long the operator may take to converge once the killing stopped (default 3m on kubernetes, 10m on libvirt)")
 	fs.StringVar(&o.inject, "inject-leak", "", "make instances behind the operator's back, to prove the soak fails: `behind` (an unrecorded instance with a live Proxy's UID, made just before its deletion) or `orphan` (one with the UID of a Proxy that never existed)")
 	fs.IntVar(&o.injectEvery, "inject-every", 10, "with --inject-leak: in one cycle of this many")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (manager log, etcd data) even when the run passed")
@@ -85,7 +96,12 @@ func main() {
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:]) // ExitOnError
-	if fs.NArg() > 0 || o.manager == "" || o.cycles < 1 || o.concurrency < 1 || o.killMin <= 0 || o.killMax < o.killMin ||
+	d, known := providerDefaults[o.provider]
+	if known {
+		o.applyDefaults(d)
+	}
+	if fs.NArg() > 0 || !known || o.manager == "" || o.cycles < 1 || o.concurrency < 1 || o.residents < 0 ||
+		o.residentMin <= 0 || o.residentMax < o.residentMin || o.earlyMax <= 0 || o.killMin <= 0 || o.killMax < o.killMin ||
 		(o.inject != "" && o.inject != injectBehind && o.inject != injectOrphan) || o.injectEvery < 1 {
 		fs.Usage()
 		os.Exit(2)
@@ -104,6 +120,35 @@ func main() {
 	fmt.Println("soak PASSED")
 }
 
+// applyDefaults fills in the flags left unset with the provider's values.
+func (o *options) applyDefaults(d defaults) {
+	setInt := func(v *int, unset, def int) {
+		if *v == unset {
+			*v = def
+		}
+	}
+	setDur := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setInt(&o.cycles, 0, envInt("SOAK_CYCLES", d.cycles))
+	setInt(&o.concurrency, 0, d.concurrency)
+	setInt(&o.residents, -1, d.residents)
+	setDur(&o.residentMin, d.residentMin)
+	setDur(&o.residentMax, d.residentMax)
+	setDur(&o.earlyMax, d.earlyMax)
+	setDur(&o.cycleTimeout, d.cycleTimeout)
+	setDur(&o.convergeTimeout, d.convergeTimeout)
+}
+
+func envString(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
 func envInt(name string, def int) int {
 	v, err := strconv.Atoi(os.Getenv(name))
 	if err != nil {
@@ -119,9 +164,10 @@ type soak struct {
 	start time.Time
 	// tmp holds every file of the run, the control plane's included, so the
 	// leftover check knows this run's processes by their command lines.
-	tmp string
-	cp  *controlPlane
-	mgr *supervisor
+	tmp     string
+	cp      *controlPlane
+	mgr     *supervisor
+	backend backend
 
 	stats stats
 }
@@ -190,19 +236,24 @@ func (s *soak) run(ctx context.Context) error {
 	if s.tmp, err = os.MkdirTemp("", "egress-soak-"); err != nil {
 		return err
 	}
-	s.out.say("seed: %d (SOAK_SEED=%d repeats the run's choices), cycles: %d, concurrency: %d, residents: %d, kill every %s to %s",
-		s.opts.seed, s.opts.seed, s.opts.cycles, s.opts.concurrency, s.opts.residents, s.opts.killMin, s.opts.killMax)
+	s.out.say("provider: %s, seed: %d (SOAK_SEED=%d repeats the run's choices), cycles: %d, concurrency: %d, residents: %d (a spec change every %s to %s), early deletes within %s, kill every %s to %s",
+		s.opts.provider, s.opts.seed, s.opts.seed, s.opts.cycles, s.opts.concurrency, s.opts.residents, s.opts.residentMin, s.opts.residentMax,
+		s.opts.earlyMax, s.opts.killMin, s.opts.killMax)
 	if s.opts.inject != "" {
 		s.out.say("injecting leaks: %s, in one cycle of %d", s.opts.inject, s.opts.injectEvery)
+	}
+	if s.backend, err = s.newBackend(); err != nil {
+		return err
+	}
+	if err := s.backend.prepare(ctx); err != nil {
+		return err
 	}
 	if err := s.startControlPlane(); err != nil {
 		return err
 	}
-	kl, err := kubelet.Start(ctx, s.cp.env.Config, backendNamespace, s.out.say)
-	if err != nil {
+	if err := s.backend.start(ctx); err != nil {
 		return err
 	}
-	defer kl.Stop()
 	if err := s.startManager(ctx); err != nil {
 		return err
 	}
@@ -229,6 +280,14 @@ func (s *soak) teardown(failed bool) error {
 	var errs []error
 	if s.mgr != nil {
 		errs = append(errs, s.mgr.shutdown())
+	}
+	if s.backend != nil {
+		// After the manager, before the control plane: the kubelet
+		// watches the API server; the libvirt host's domains and volumes
+		// go once nothing makes more.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		errs = append(errs, s.backend.stop(ctx))
+		cancel()
 	}
 	if s.cp != nil {
 		errs = append(errs, s.cp.env.Stop())
