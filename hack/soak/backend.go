@@ -67,7 +67,7 @@ var providerDefaults = map[string]defaults{
 		cycleTimeout: 3 * time.Minute, convergeTimeout: 3 * time.Minute,
 	},
 	providerLibvirt: {
-		cycles: 40, concurrency: 3, residents: 1,
+		cycles: 30, concurrency: 3, residents: 1,
 		residentMin: 90 * time.Second, residentMax: 180 * time.Second,
 		earlyMax:     20 * time.Second,
 		cycleTimeout: 10 * time.Minute, convergeTimeout: 10 * time.Minute,

@@ -77,7 +77,7 @@ func main() {
 	fs.StringVar(&o.provider, "provider", envString("SOAK_PROVIDER", providerKubernetes), "the provider to soak: kubernetes (a stand-in kubelet on the run's API server) or libvirt (the libvirt test host's libvirtd; run inside it by hack/soak/libvirt.sh) (env SOAK_PROVIDER)")
 	fs.StringVar(&o.manager, "manager", "", "the operator `binary` to run and kill (make soak builds bin/manager)")
 	fs.StringVar(&o.crdDir, "crd-dir", "config/crd/bases", "the CRDs to install")
-	fs.IntVar(&o.cycles, "cycles", 0, "create/delete cycles of Proxies to run (env SOAK_CYCLES; default 100 on kubernetes, 40 on libvirt)")
+	fs.IntVar(&o.cycles, "cycles", 0, "create/delete cycles of Proxies to run (env SOAK_CYCLES; default 100 on kubernetes, 30 on libvirt)")
 	fs.Uint64Var(&o.seed, "seed", uint64(envInt("SOAK_SEED", 0)), "seed of every random choice; 0 picks one (env SOAK_SEED; the run prints it)")
 	fs.IntVar(&o.concurrency, "concurrency", 0, "cycles running at once (at most this many cycle Proxies live at once; default 10 on kubernetes, 3 on libvirt)")
 	fs.IntVar(&o.residents, "residents", -1, "Proxies that live through the whole run, their spec changed now and then (default 3 on kubernetes, 1 on libvirt)")
