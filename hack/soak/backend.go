@@ -36,13 +36,19 @@ type backend interface {
 	// count lists what this installation left on the backend: by kind,
 	// the objects whose UID names no Proxy of exists (UID -> name), and
 	// the Proxies with more than one instance.
-	count(ctx context.Context, exists map[string]string) (leaked map[string][]string, duplicates []string, err error)
+	count(ctx context.Context, exists map[string]string) (leaked map[string][]leak, duplicates []string, err error)
 	// inject makes an instance for req through the provider, behind the
 	// operator's back, and returns what it made.
 	inject(ctx context.Context, req provider.CreateRequest) (string, error)
 	// stop ends what prepare and start began, and removes what the run
 	// left on the backend (after the count).
 	stop(ctx context.Context) error
+}
+
+// leak is one object that outlived its Proxy.
+type leak struct {
+	desc string // names it for the report
+	uid  string // its UID mark
 }
 
 // defaults are the flags whose best value depends on the provider, for

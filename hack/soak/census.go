@@ -23,7 +23,10 @@ type census struct {
 	stuck []string
 	// leaked lists, by kind, the marked objects of this installation whose
 	// UID names no existing Proxy.
-	leaked map[string][]string
+	leaked map[string][]leak
+	// injectedLeaked counts the leaked objects that carry the UID of an
+	// instance --inject-leak made.
+	injectedLeaked int
 	// duplicates names each existing Proxy with more than one instance.
 	duplicates []string
 	proxies    int
@@ -46,7 +49,11 @@ func (c *census) verdict() error {
 	}
 	for _, k := range c.kinds {
 		if l := c.leaked[k]; len(l) > 0 {
-			errs = append(errs, fmt.Errorf("%d %s leaked: %s", len(l), k, strings.Join(l, ", ")))
+			descs := make([]string, len(l))
+			for i, o := range l {
+				descs[i] = o.desc
+			}
+			errs = append(errs, fmt.Errorf("%d %s leaked: %s", len(l), k, strings.Join(descs, ", ")))
 		}
 	}
 	if len(c.duplicates) > 0 {
@@ -135,7 +142,17 @@ func (s *soak) count(ctx context.Context) (*census, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &census{leaked: leaked, duplicates: duplicates, proxies: len(proxies.Items), kinds: s.backend.kinds()}, nil
+	c := &census{leaked: leaked, duplicates: duplicates, proxies: len(proxies.Items), kinds: s.backend.kinds()}
+	s.stats.mu.Lock()
+	defer s.stats.mu.Unlock()
+	for _, l := range leaked {
+		for _, o := range l {
+			if s.stats.injectedUIDs[o.uid] {
+				c.injectedLeaked++
+			}
+		}
+	}
+	return c, nil
 }
 
 // report prints the run's figures, one `key: value` a line.
@@ -165,6 +182,8 @@ func (s *soak) report(c *census) {
 	}
 	lines = append(lines,
 		[2]any{"leaked", c.leakedTotal()},
+		[2]any{"leaked, made by --inject-leak", c.injectedLeaked},
+		[2]any{"leaked, made by the operator", c.leakedTotal() - c.injectedLeaked},
 		[2]any{"duplicates", len(c.duplicates)},
 		[2]any{"wall time", time.Since(s.start).Round(time.Second)},
 	)

@@ -152,9 +152,16 @@ func (s *soak) cycle(ctx context.Context, n int, rng *rand.Rand) error {
 	if err != nil {
 		return err
 	}
+	var last *egressv1.Proxy // as read before the deletion, for --inject-leak
 	if s.opts.inject != "" && n%s.opts.injectEvery == 0 {
-		if err := s.injectLeak(ctx, key); err != nil {
-			return err
+		last = &egressv1.Proxy{}
+		if err := s.cp.client().Get(ctx, key, last); err != nil {
+			return fmt.Errorf("reading %s: %w", key.Name, err)
+		}
+		if s.opts.inject != injectLate {
+			if err := s.injectLeak(ctx, last); err != nil {
+				return err
+			}
 		}
 	}
 	if err := s.cp.client().Delete(ctx, px); err != nil {
@@ -163,6 +170,19 @@ func (s *soak) cycle(ctx context.Context, n int, rng *rand.Rand) error {
 	s.stats.add(func(st *stats) { st.deleted++ })
 	if err := s.waitCycle(ctx, key, "gone", func(*egressv1.Proxy) bool { return false }); err != nil {
 		return err
+	}
+	if last != nil && s.opts.inject == injectLate {
+		// Only once the Proxy is gone (the wait may have timed out).
+		switch err := s.cp.client().Get(ctx, key, &egressv1.Proxy{}); {
+		case apierrors.IsNotFound(err):
+			if err := s.injectLeak(ctx, last); err != nil {
+				return err
+			}
+		case err != nil:
+			return fmt.Errorf("reading %s: %w", key.Name, err)
+		default:
+			s.out.say("%s: still there after its deletion; no late instance injected", key.Name)
+		}
 	}
 	s.stats.add(func(st *stats) { st.cycles++ })
 	return nil

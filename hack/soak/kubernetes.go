@@ -71,7 +71,7 @@ func (b *kubernetesBackend) proxySpec() egressv1.ProxySpec {
 func (b *kubernetesBackend) kinds() []string { return kubernetesKinds }
 
 // count lists every object of this installation, in every namespace.
-func (b *kubernetesBackend) count(ctx context.Context, exists map[string]string) (map[string][]string, []string, error) {
+func (b *kubernetesBackend) count(ctx context.Context, exists map[string]string) (map[string][]leak, []string, error) {
 	cl := b.s.cp.client()
 	ours := client.MatchingLabels{provider.MarkManaged: provider.MarkManagedValue, provider.MarkInstallation: installationID}
 	lists := map[string]client.ObjectList{
@@ -80,7 +80,7 @@ func (b *kubernetesBackend) count(ctx context.Context, exists map[string]string)
 		"configmaps":      &corev1.ConfigMapList{},
 		"networkpolicies": &networkingv1.NetworkPolicyList{},
 	}
-	leaked := map[string][]string{}
+	leaked := map[string][]leak{}
 	podsOf := map[string][]string{}
 	for _, kind := range kubernetesKinds {
 		if err := cl.List(ctx, lists[kind], ours); err != nil {
@@ -94,7 +94,7 @@ func (b *kubernetesBackend) count(ctx context.Context, exists map[string]string)
 			m := o.(client.Object)
 			uid := m.GetLabels()[provider.MarkUID]
 			if _, ok := exists[uid]; !ok {
-				leaked[kind] = append(leaked[kind], fmt.Sprintf("%s/%s (uid %q)", m.GetNamespace(), m.GetName(), uid))
+				leaked[kind] = append(leaked[kind], leak{desc: fmt.Sprintf("%s/%s (uid %q)", m.GetNamespace(), m.GetName(), uid), uid: uid})
 			} else if kind == "pods" {
 				podsOf[uid] = append(podsOf[uid], m.GetName())
 			}

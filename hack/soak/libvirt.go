@@ -236,7 +236,7 @@ func parseVolume(name, tag string) (ourVolume, bool) {
 // count: a domain or volume whose UID names no Proxy is leaked; a Proxy
 // with two domains, or with volumes of an instance that is not one of its
 // domains (a replaced instance's disk), has two instances.
-func (b *libvirtBackend) count(ctx context.Context, exists map[string]string) (map[string][]string, []string, error) {
+func (b *libvirtBackend) count(ctx context.Context, exists map[string]string) (map[string][]leak, []string, error) {
 	l, done, err := b.connect(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -246,7 +246,7 @@ func (b *libvirtBackend) count(ctx context.Context, exists map[string]string) (m
 	if err != nil {
 		return nil, nil, err
 	}
-	leaked := map[string][]string{}
+	leaked := map[string][]leak{}
 	instancesOf := map[string]map[string]bool{} // UID -> instance names
 	add := func(uid, instance string) {
 		if instancesOf[uid] == nil {
@@ -256,14 +256,14 @@ func (b *libvirtBackend) count(ctx context.Context, exists map[string]string) (m
 	}
 	for _, d := range doms {
 		if _, ok := exists[d.uid]; !ok {
-			leaked["domains"] = append(leaked["domains"], fmt.Sprintf("%s (uid %q)", d.dom.Name, d.uid))
+			leaked["domains"] = append(leaked["domains"], leak{desc: fmt.Sprintf("%s (uid %q)", d.dom.Name, d.uid), uid: d.uid})
 			continue
 		}
 		add(d.uid, d.dom.Name)
 	}
 	for _, v := range vols {
 		if _, ok := exists[v.uid]; !ok {
-			leaked[v.kind] = append(leaked[v.kind], v.name)
+			leaked[v.kind] = append(leaked[v.kind], leak{desc: v.name, uid: v.uid})
 			continue
 		}
 		add(v.uid, v.instance)

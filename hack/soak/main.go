@@ -88,7 +88,7 @@ func main() {
 	fs.DurationVar(&o.killMax, "kill-max", 15*time.Second, "longest time between two SIGKILLs of the operator")
 	fs.DurationVar(&o.cycleTimeout, "cycle-timeout", 0, "longest wait inside one cycle (for Ready, for the deletion); a cycle past it is left to the final check (default 3m on kubernetes, 10m on libvirt)")
 	fs.DurationVar(&o.convergeTimeout, "converge-timeout", 0, "how long the operator may take to converge once the killing stopped (default 3m on kubernetes, 10m on libvirt)")
-	fs.StringVar(&o.inject, "inject-leak", "", "make instances behind the operator's back, to prove the soak fails: `behind` (an unrecorded instance with a live Proxy's UID, made just before its deletion) or `orphan` (one with the UID of a Proxy that never existed)")
+	fs.StringVar(&o.inject, "inject-leak", "", "make instances behind the operator's back: `behind` (an unrecorded instance with a live Proxy's UID, made just before its deletion: the deletion must find it, so the run passes), `late` (one with a Proxy's UID just after it is gone) or `orphan` (one with the UID of a Proxy that never existed): both must be reported leaked, so the run fails")
 	fs.IntVar(&o.injectEvery, "inject-every", 10, "with --inject-leak: in one cycle of this many")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (manager log, etcd data) even when the run passed")
 	fs.Usage = func() {
@@ -102,7 +102,7 @@ func main() {
 	}
 	if fs.NArg() > 0 || !known || o.manager == "" || o.cycles < 1 || o.concurrency < 1 || o.residents < 0 ||
 		o.residentMin <= 0 || o.residentMax < o.residentMin || o.earlyMax <= 0 || o.killMin <= 0 || o.killMax < o.killMin ||
-		(o.inject != "" && o.inject != injectBehind && o.inject != injectOrphan) || o.injectEvery < 1 {
+		(o.inject != "" && o.inject != injectBehind && o.inject != injectLate && o.inject != injectOrphan) || o.injectEvery < 1 {
 		fs.Usage()
 		os.Exit(2)
 	}
@@ -179,6 +179,7 @@ type stats struct {
 	created, deleted    int
 	specChanges         int
 	injected            int
+	injectedUIDs        map[string]bool // the UID marks of the injected instances
 	cycleTimeouts       int
 	residentSpecChanges int
 }
