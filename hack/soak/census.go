@@ -182,8 +182,8 @@ func (s *soak) report(c *census) {
 	}
 	lines = append(lines,
 		[2]any{"leaked", c.leakedTotal()},
-		[2]any{"leaked, made by --inject-leak", c.injectedLeaked},
-		[2]any{"leaked, made by the operator", c.leakedTotal() - c.injectedLeaked},
+		[2]any{"leaked with an injected UID", c.injectedLeaked},
+		[2]any{"leaked with another UID", c.leakedTotal() - c.injectedLeaked},
 		[2]any{"duplicates", len(c.duplicates)},
 		[2]any{"wall time", time.Since(s.start).Round(time.Second)},
 	)
