@@ -202,7 +202,7 @@ SOAK_SEED ?= 0
 SOAK_FLAGS ?=
 
 .PHONY: soak
-soak: build envtest-assets ## Crash soak: Proxy cycles while the operator is SIGKILLed at random; fails on a stuck Proxy, a leaked instance or a duplicate (SOAK_PROVIDER=kubernetes|libvirt SOAK_CYCLES= (100; libvirt 30) SOAK_SEED=0 SOAK_FLAGS=--inject-leak=behind; docs/testing.md). libvirt brings the libvirt test host up and down (root).
+soak: build envtest-assets ## Crash soak: Proxy cycles while the operator is SIGKILLed at random; fails on a stuck Proxy, a leaked instance or a duplicate (SOAK_PROVIDER=kubernetes|libvirt SOAK_CYCLES= (100; libvirt 15) SOAK_SEED=0 SOAK_FLAGS=--inject-leak=behind; docs/testing.md). libvirt brings the libvirt test host up and down (root).
 	$(GO) build -o $(LOCALBIN)/soak ./hack/soak
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" SOAK_PROVIDER=$(SOAK_PROVIDER) SOAK_CYCLES=$(SOAK_CYCLES) SOAK_SEED=$(SOAK_SEED) \
 		$(if $(filter libvirt,$(SOAK_PROVIDER)),hack/soak/libvirt.sh )$(LOCALBIN)/soak --manager $(LOCALBIN)/manager $(SOAK_FLAGS)

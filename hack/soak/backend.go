@@ -58,13 +58,19 @@ type defaults struct {
 	residentMin, residentMax       time.Duration
 	earlyMax                       time.Duration
 	cycleTimeout, convergeTimeout  time.Duration
+	// planWeights weigh the cycles' plans (cycles.go), in their order;
+	// nil picks them alike.
+	planWeights []int
 }
 
 // providerDefaults: the kubernetes provider's Pods are API objects, ready
 // within a second; a libvirt guest boots under emulation on shared cores
-// in one to several minutes, so fewer cycles run at once, a resident's
-// replacement (a new guest) comes less often, an early delete may land
-// anywhere in the create steps and the boot, and the waits are longer.
+// in one to ten minutes (Ready needs the guest agent's address), so fewer
+// cycles run at once, a resident's replacement (a new guest) comes less
+// often, the waits are longer, and half the cycles delete early: a delete
+// within 20 s lands in the create steps (seed, overlay, define, start) or
+// the boot, which is what the soak is for; a boot to Ready proves little
+// more each time and costs minutes of CPU.
 var providerDefaults = map[string]defaults{
 	providerKubernetes: {
 		cycles: 100, concurrency: 10, residents: 3,
@@ -73,10 +79,12 @@ var providerDefaults = map[string]defaults{
 		cycleTimeout: 3 * time.Minute, convergeTimeout: 3 * time.Minute,
 	},
 	providerLibvirt: {
-		cycles: 30, concurrency: 3, residents: 1,
+		cycles: 15, concurrency: 3, residents: 1,
 		residentMin: 90 * time.Second, residentMax: 180 * time.Second,
 		earlyMax:     20 * time.Second,
-		cycleTimeout: 10 * time.Minute, convergeTimeout: 10 * time.Minute,
+		cycleTimeout: 15 * time.Minute, convergeTimeout: 20 * time.Minute,
+		// Ready then delete 1, delete early 3, change the spec 2.
+		planWeights: []int{1, 3, 2},
 	},
 }
 

@@ -136,7 +136,7 @@ func (s *soak) cycle(ctx context.Context, n int, rng *rand.Rand) error {
 		return pause(ctx, time.Duration(rng.Int64N(int64(max))))
 	}
 	var err error
-	switch rng.IntN(nPlans) {
+	switch s.pickPlan(rng) {
 	case planReadyThenDelete:
 		err = s.waitCycle(ctx, key, "Ready", proxyReady)
 	case planDeleteEarly:
@@ -186,6 +186,26 @@ func (s *soak) cycle(ctx context.Context, n int, rng *rand.Rand) error {
 	}
 	s.stats.add(func(st *stats) { st.cycles++ })
 	return nil
+}
+
+// pickPlan picks a cycle's plan, by --provider's weights.
+func (s *soak) pickPlan(rng *rand.Rand) int {
+	w := providerDefaults[s.opts.provider].planWeights
+	if w == nil {
+		return rng.IntN(nPlans)
+	}
+	total := 0
+	for _, n := range w {
+		total += n
+	}
+	r := rng.IntN(total)
+	for plan, n := range w {
+		if r < n {
+			return plan
+		}
+		r -= n
+	}
+	return nPlans - 1 // not reached: r < total
 }
 
 // waitCycle polls the Proxy until cond holds, or until it is gone when
