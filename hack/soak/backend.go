@@ -37,9 +37,12 @@ type backend interface {
 	// the objects whose UID names no Proxy of exists (UID -> name), and
 	// the Proxies with more than one instance.
 	count(ctx context.Context, exists map[string]string) (leaked map[string][]leak, duplicates []string, err error)
-	// inject makes an instance for req through the provider, behind the
-	// operator's back, and returns what it made.
-	inject(ctx context.Context, req provider.CreateRequest) (string, error)
+	// newInjector builds the provider --inject-leak creates through, as
+	// the manager's entry is configured.
+	newInjector() (provider.Provider, error)
+	// settle waits, after the injector's Create of req, until the
+	// instance is all there.
+	settle(ctx context.Context, req provider.CreateRequest, inst provider.Instance) error
 	// stop ends what prepare and start began, and removes what the run
 	// left on the backend (after the count).
 	stop(ctx context.Context) error

@@ -43,7 +43,14 @@ func (s *soak) injectLeak(ctx context.Context, px *egressv1.Proxy) error {
 		req.UID = "soak-orphan-" + string(px.UID)
 	}
 	req.Name = provider.InstanceName(req.Namespace, req.ProxyName, req.UID, "soak-injected-"+s.opts.inject)
-	id, err := s.backend.inject(ctx, req)
+	s.injectorOnce.Do(func() { s.injector, s.injectorErr = s.backend.newInjector() })
+	if s.injectorErr != nil {
+		return s.injectorErr
+	}
+	inst, err := s.injector.Create(ctx, req)
+	if err == nil {
+		err = s.backend.settle(ctx, req, inst)
+	}
 	if err != nil {
 		return fmt.Errorf("injecting an instance for %s: %w", px.Name, err)
 	}
@@ -54,6 +61,6 @@ func (s *soak) injectLeak(ctx context.Context, px *egressv1.Proxy) error {
 		}
 		st.injectedUIDs[req.UID] = true
 	})
-	s.out.say("injected %s: instance %s (uid %s) behind the operator's back", s.opts.inject, id, req.UID)
+	s.out.say("injected %s: instance %s (uid %s) behind the operator's back", s.opts.inject, inst.ID, req.UID)
 	return nil
 }

@@ -28,9 +28,8 @@ const backendNamespace = "soak-backend"
 // server; the stand-in kubelet (hack/internal/kubelet) marks its Pods
 // Running and Ready.
 type kubernetesBackend struct {
-	s        *soak
-	kl       *kubelet.Kubelet
-	injector *kubernetes.Provider
+	s  *soak
+	kl *kubelet.Kubelet
 }
 
 // The kinds of object the provider makes per instance, in the report's
@@ -110,21 +109,15 @@ func (b *kubernetesBackend) count(ctx context.Context, exists map[string]string)
 	return leaked, duplicates, nil
 }
 
-// inject makes the Pod, Service, ConfigMap and NetworkPolicy of req, with
-// the same marks the operator writes.
-func (b *kubernetesBackend) inject(ctx context.Context, req provider.CreateRequest) (string, error) {
-	if b.injector == nil {
-		p, err := kubernetes.New(entryName, kubernetes.Config{Namespace: backendNamespace}, provider.Options{InstallationID: installationID})
-		if err != nil {
-			return "", err
-		}
-		b.injector = p
-	}
-	inst, err := b.injector.Create(ctx, req)
-	if err != nil {
-		return "", err
-	}
-	return inst.ID, nil
+// newInjector is the provider as the entry is: its Create makes the Pod,
+// Service, ConfigMap and NetworkPolicy with the marks the operator writes.
+func (b *kubernetesBackend) newInjector() (provider.Provider, error) {
+	return kubernetes.New(entryName, kubernetes.Config{Namespace: backendNamespace}, provider.Options{InstallationID: installationID})
+}
+
+// settle: Create made every object before it returned.
+func (b *kubernetesBackend) settle(context.Context, provider.CreateRequest, provider.Instance) error {
+	return nil
 }
 
 func (b *kubernetesBackend) stop(context.Context) error {

@@ -36,11 +36,10 @@ import (
 // installation's tag (the overlays and the seed ISOs), UID-matched
 // against the Proxies.
 type libvirtBackend struct {
-	s        *soak
-	host     *libvirthost.Host
-	block    json.RawMessage
-	images   *http.Server
-	injector *libvirt.Provider
+	s      *soak
+	host   *libvirthost.Host
+	block  json.RawMessage
+	images *http.Server
 }
 
 // The kinds count reports: the provider's domains and its two volumes
@@ -291,34 +290,28 @@ func sortedKeys(m map[string]bool) []string {
 // image into the pool.
 const injectBound = 5 * time.Minute
 
-// inject has the provider, in this process, create req's domain (seed,
-// overlay, define, start), waits until it runs, and powers it off: a
-// defined domain with its volumes is the same leak, and its guest would
-// only take CPU from the run's.
-func (b *libvirtBackend) inject(ctx context.Context, req provider.CreateRequest) (string, error) {
-	if b.injector == nil {
-		cfg, errs := libvirt.Parse(b.block, nil)
-		if len(errs) > 0 {
-			return "", errs.ToAggregate()
-		}
-		p, err := libvirt.New(entryName, cfg, provider.Options{InstallationID: installationID})
-		if err != nil {
-			return "", err
-		}
-		b.injector = p
+// newInjector is the provider as the entry is, run in this process.
+func (b *libvirtBackend) newInjector() (provider.Provider, error) {
+	cfg, errs := libvirt.Parse(b.block, nil)
+	if len(errs) > 0 {
+		return nil, errs.ToAggregate()
 	}
-	inst, err := b.injector.Create(ctx, req)
-	if err != nil {
-		return "", err
-	}
+	return libvirt.New(entryName, cfg, provider.Options{InstallationID: installationID})
+}
+
+// settle: the injector's Create returned at once and runs the steps (seed,
+// overlay, define, start) in this process; settle waits until the domain
+// runs, and powers it off: a defined domain with its volumes is the same
+// leak, and its guest would only take CPU from the run's.
+func (b *libvirtBackend) settle(ctx context.Context, req provider.CreateRequest, inst provider.Instance) error {
 	l, done, err := b.connect(ctx)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer done()
 	var dom golibvirt.Domain
 	err = poll(ctx, injectBound, func() (bool, error) {
-		if _, err := b.injector.Get(ctx, inst.ID); err != nil && !errors.Is(err, provider.ErrNotFound) {
+		if _, err := b.s.injector.Get(ctx, inst.ID); err != nil && !errors.Is(err, provider.ErrNotFound) {
 			return false, err // the create step failed
 		}
 		d, err := l.DomainLookupByName(req.Name)
@@ -333,19 +326,16 @@ func (b *libvirtBackend) inject(ctx context.Context, req provider.CreateRequest)
 		return err == nil && state == int32(golibvirt.DomainRunning), err
 	})
 	if err != nil {
-		return "", fmt.Errorf("the injected domain %s: %w", req.Name, err)
+		return fmt.Errorf("the injected domain %s: %w", req.Name, err)
 	}
 	if err := l.DomainDestroy(dom); err != nil {
-		return "", fmt.Errorf("powering off the injected domain %s: %w", req.Name, err)
+		return fmt.Errorf("powering off the injected domain %s: %w", req.Name, err)
 	}
-	return inst.ID, nil
+	return nil
 }
 
 func (b *libvirtBackend) stop(ctx context.Context) error {
 	var errs []error
-	if b.injector != nil {
-		errs = append(errs, b.injector.Close())
-	}
 	if b.host != nil {
 		errs = append(errs, b.removeOurs(ctx, "at teardown"))
 	}

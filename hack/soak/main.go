@@ -32,6 +32,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -47,6 +48,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/childproc"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
 var errInterrupted = errors.New("interrupted")
@@ -169,6 +171,12 @@ type soak struct {
 	mgr     *supervisor
 	backend backend
 
+	// injector is the provider --inject-leak creates through, built on
+	// first use (cycles inject concurrently).
+	injectorOnce sync.Once
+	injector     provider.Provider
+	injectorErr  error
+
 	stats stats
 }
 
@@ -281,6 +289,9 @@ func (s *soak) teardown(failed bool) error {
 	var errs []error
 	if s.mgr != nil {
 		errs = append(errs, s.mgr.shutdown())
+	}
+	if c, ok := s.injector.(io.Closer); ok {
+		errs = append(errs, c.Close()) // its create steps, its connections
 	}
 	if s.backend != nil {
 		// After the manager, before the control plane: the kubelet
