@@ -262,6 +262,7 @@ func (cl *cluster) testFetchThroughSquid(t *testing.T) {
 	// Squid's access log (stdout, through kubectl logs) names both: the
 	// 403 is Squid's own refusal (TCP_DENIED), not the origin's.
 	pod := cl.instanceObjects(t, p).pods[0]
+	var squidLog string
 	testenv.EventuallyNil(t, "Squid's access log has both requests", func() error {
 		logs, err := cl.kubectlOut(t, "-n", pod.Namespace, "logs", pod.Name)
 		if err != nil {
@@ -272,8 +273,17 @@ func (cl *cluster) testFetchThroughSquid(t *testing.T) {
 				return fmt.Errorf("no %q in:\n%s", want, logs)
 			}
 		}
+		squidLog = logs
 		return nil
 	})
+	// Its cache log (stderr) too: the generated squid.conf, with the
+	// entry's clusterCIDRs inside a denied range, makes Squid warn of
+	// nothing.
+	for line := range strings.SplitSeq(squidLog, "\n") {
+		if strings.Contains(line, "WARNING") {
+			t.Errorf("Squid Pod %s warns: %s", pod.Name, line)
+		}
+	}
 }
 
 // --- (c) ---------------------------------------------------------------
