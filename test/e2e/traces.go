@@ -213,9 +213,10 @@ func requestKind(h span) string {
 var instanceKinds = []string{"configmaps", "networkpolicies", "pods", "services"}
 
 // complete says whether the collector has received the whole lifecycle:
-// a reconcile whose provider.create POSTed all four objects and one whose
-// provider.delete DELETEd some. Until then the test waits (spans arrive
-// in batches, the root after its children).
+// a reconcile whose provider.create POSTed all four objects, one whose
+// provider.delete DELETEd some, and every ancestor of the Proxy's spans.
+// Until then the test waits (spans arrive in batches, the root after its
+// children).
 func (l *lifecycle) complete() error {
 	creates, deletes := l.calls(spanProviderCreate, spanHTTPPost), l.calls(spanProviderDelete, spanHTTPDelete)
 	if !slices.ContainsFunc(creates, func(o operation) bool { return containsAll(o.kinds, instanceKinds) }) {
@@ -225,6 +226,19 @@ func (l *lifecycle) complete() error {
 	if len(deletes) == 0 {
 		return fmt.Errorf("%d spans received, %d reconcile traces for Proxy %s/%s; no %q > %q > %q yet",
 			len(l.all), len(l.roots), l.namespace, l.name, spanReconcileProxy, spanProviderDelete, spanHTTPDelete)
+	}
+	// A reconcile still running (or just ended) when the log was read may
+	// have had its provider calls exported and not yet its root: wait for
+	// every ancestor of the Proxy's spans. A span whose parent never comes
+	// (dropped by the exporter) fails the test here, by time-out.
+	for _, s := range l.all {
+		_, inReconcile := l.traces[s.TraceID]
+		if !inReconcile && !s.isFor(l.namespace, l.name) {
+			continue
+		}
+		if r := l.rootOf(s); strings.HasPrefix(r, "missing:") {
+			return fmt.Errorf("span %q (%s) of trace %s: its ancestor %s not received yet", s.Name, s.SpanID, s.TraceID, strings.TrimPrefix(r, "missing:"))
+		}
 	}
 	return nil
 }
