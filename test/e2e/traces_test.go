@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -87,7 +88,8 @@ func TestTraceTree(t *testing.T) {
 		{
 			name: "two reconciles in one trace",
 			breakIt: func(b *traceBuilder, _, _ span) {
-				b.add("t2", b.spans[0].SpanID, spanReconcileProxy, map[string]string{
+				i := slices.IndexFunc(b.spans, func(s span) bool { return s.Attrs["reconcile.id"] == "r2" })
+				b.add("t2", b.spans[i].SpanID, spanReconcileProxy, map[string]string{
 					"proxy.namespace": "e2e-x", "proxy.name": "traced", "reconcile.id": "r9"})
 			},
 			err: "two reconciles in one trace",
