@@ -125,7 +125,7 @@ cluster-load: ## Import an image archive (docker-archive or OCI) into the e2e cl
 	hack/cluster/load.sh "$(IMAGE_ARCHIVE)"
 
 .PHONY: test-e2e
-test-e2e: $(KUSTOMIZE) ## End to end on the e2e cluster: cluster-up, both images built and imported, test/e2e/config applied, go test ./test/e2e, cluster-down (root; E2E_RUN=FetchThroughSquid runs one subtest; docs/testing.md).
+test-e2e: $(KUSTOMIZE) ## End to end on the e2e cluster: cluster-up, both images built and imported, the OpenTelemetry Collector (hack/tools/otelcol, cached) deployed, test/e2e/config applied, go test ./test/e2e, cluster-down (root; E2E_RUN=FetchThroughSquid runs one subtest; docs/testing.md).
 	KUSTOMIZE="$(KUSTOMIZE)" test/e2e/run.sh
 
 ##@ libvirt test host (hack/libvirt; root; `make test` runs test-libvirt with PKG=./hack/libvirt/...)

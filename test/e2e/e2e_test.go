@@ -61,6 +61,11 @@ const (
 	podRange          = "10.244.77.0/24"
 	proxyPort         = 3128
 	originPort        = 8080
+	// The collector test/e2e/otelcol deploys, and the service.name the
+	// operator's spans carry (internal/operator.Name).
+	collectorNamespace = "otel-e2e"
+	collectorLabel     = "app.kubernetes.io/name=otelcol"
+	operatorService    = "egress-proxies-operator"
 )
 
 // slow bounds what waits on the kubelet, an image start or the kubelet's
@@ -85,6 +90,7 @@ func TestE2E(t *testing.T) {
 	cl.waitLeader(t, "")
 
 	t.Run("ProxyReady", cl.testProxyReady)
+	t.Run("Tracing", cl.testTracing)
 	t.Run("FetchThroughSquid", cl.testFetchThroughSquid)
 	t.Run("SquidPodRestricted", cl.testSquidPodRestricted)
 	t.Run("DeleteRemovesObjects", cl.testDeleteRemovesObjects)
@@ -158,6 +164,58 @@ func (cl *cluster) testProxyReady(t *testing.T) {
 	}
 }
 
+// --- tracing -----------------------------------------------------------
+
+// testTracing runs one Proxy's whole lifecycle on the kubernetes provider
+// (create to Ready, delete to gone) and reads what the OpenTelemetry
+// Collector (test/e2e/otelcol: the otlp receiver, the file exporter on
+// stdout) received from the operator over OTLP/HTTP: each reconcile is one
+// trace rooted at "reconcile Proxy", provider.create has the provider's
+// "HTTP POST" spans for the Pod, Service, ConfigMap and NetworkPolicy as
+// children, provider.delete its "HTTP DELETE" ones, and no reconcile's
+// spans are split over traces or share one (lifecycle.check).
+func (cl *cluster) testTracing(t *testing.T) {
+	p := cl.waitReady(t, cl.createProxy(t, "traced", podsProvider, []string{podRange}))
+	if err := cl.c.Delete(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	cl.waitGone(t, p)
+
+	var l *lifecycle
+	// The spans arrive in batches (the operator's batch span processor,
+	// OTEL_BSP_SCHEDULE_DELAY in test/e2e/config), a trace's root after
+	// its children: wait until the delete's reconcile is in.
+	testenv.EventuallyNilWithin(t, slow, "the collector received Proxy "+p.Name+"'s create and delete", func() error {
+		spans, err := cl.collectorSpans(t)
+		if err != nil {
+			return err
+		}
+		l = newLifecycle(spans, p.Namespace, p.Name)
+		return l.complete()
+	})
+	for _, line := range l.summary() {
+		t.Log(line)
+	}
+	if err := l.check(operatorService); err != nil {
+		t.Fatal(err)
+	}
+	creates, deletes := l.calls(spanProviderCreate, spanHTTPPost), l.calls(spanProviderDelete, spanHTTPDelete)
+	t.Logf("Proxy %s: %d reconciles, each one trace; %q > %q > %q %v; %q > %q > %q %v",
+		p.Name, len(l.roots), spanReconcileProxy, spanProviderCreate, spanHTTPPost, creates,
+		spanReconcileProxy, spanProviderDelete, spanHTTPDelete, deletes)
+}
+
+// collectorSpans reads every span the collector has written so far (its
+// log: kubectl logs, as a person would).
+func (cl *cluster) collectorSpans(t *testing.T) ([]span, error) {
+	t.Helper()
+	out, err := cl.kubectlOut(t, "-n", collectorNamespace, "logs", "-l", collectorLabel, "--tail=-1", "--max-log-requests=1")
+	if err != nil {
+		return nil, err
+	}
+	return parseCollectorOutput(out)
+}
+
 // --- (b) ---------------------------------------------------------------
 
 func (cl *cluster) testFetchThroughSquid(t *testing.T) {
@@ -204,6 +262,7 @@ func (cl *cluster) testFetchThroughSquid(t *testing.T) {
 	// Squid's access log (stdout, through kubectl logs) names both: the
 	// 403 is Squid's own refusal (TCP_DENIED), not the origin's.
 	pod := cl.instanceObjects(t, p).pods[0]
+	var squidLog string
 	testenv.EventuallyNil(t, "Squid's access log has both requests", func() error {
 		logs, err := cl.kubectlOut(t, "-n", pod.Namespace, "logs", pod.Name)
 		if err != nil {
@@ -214,8 +273,17 @@ func (cl *cluster) testFetchThroughSquid(t *testing.T) {
 				return fmt.Errorf("no %q in:\n%s", want, logs)
 			}
 		}
+		squidLog = logs
 		return nil
 	})
+	// Its cache log (stderr) too: the generated squid.conf, with the
+	// entry's clusterCIDRs inside a denied range, makes Squid warn of
+	// nothing.
+	for line := range strings.SplitSeq(squidLog, "\n") {
+		if strings.Contains(line, "WARNING") {
+			t.Errorf("Squid Pod %s warns: %s", pod.Name, line)
+		}
+	}
 }
 
 // --- (c) ---------------------------------------------------------------

@@ -5,9 +5,13 @@
 #                                         scheduler, containerd, kubelet; no kube-proxy, no DNS)
 #   2. make image / make image-squid     both images built here and imported into the
 #                                         cluster's containerd (nothing can be pulled)
-#   3. kustomize build test/e2e/config | kubectl apply; the Deployment's rollout
-#   4. go test ./test/e2e                E2E_RUN selects subtests (go test -run), E2E_TESTFLAGS adds flags
-#   5. make cluster-down                 always, also after a failure (E2E_KEEP_CLUSTER=1 keeps it up)
+#   3. the OpenTelemetry Collector       hack/tools/otelcol: built once per version (cached,
+#                                         about 5 min cold), its image imported, test/e2e/otelcol
+#                                         applied (a DaemonSet on the node's IP, port 4318)
+#   4. kustomize build test/e2e/config | kubectl apply; the Deployment's rollout
+#      (the operator exports its traces to the collector: test/e2e/config/otlp_patch.yaml)
+#   5. go test ./test/e2e                E2E_RUN selects subtests (go test -run), E2E_TESTFLAGS adds flags
+#   6. make cluster-down                 always, also after a failure (E2E_KEEP_CLUSTER=1 keeps it up)
 # Needs root (the cluster). Prints each step's time at the end.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,6 +25,8 @@ deployment=egress-proxies-operator-controller-manager
 # The names test/e2e/config uses for the two images.
 operator_img=egress-proxies-operator:e2e
 squid_img=egress-proxies-operator/squid:e2e
+otelcol_img=egress-proxies-operator/otelcol:e2e
+otelcol_ns=otel-e2e
 
 timings=()
 step_start=$SECONDS
@@ -37,6 +43,8 @@ finish() {
       echo "--- $p" >&2; "${k[@]}" -n "$operator_ns" logs "$p" --tail=40 >&2
     done
     "${k[@]}" get proxies -A -o wide >&2
+    echo "--- the collector's own log (its OTLP JSON lines left out)" >&2
+    "${k[@]}" -n "$otelcol_ns" logs -l app.kubernetes.io/name=otelcol --tail=-1 2>&1 | grep -v '^{' | tail -n 20 >&2
   fi
   if [ "${E2E_KEEP_CLUSTER:-0}" = 1 ]; then
     echo "e2e: E2E_KEEP_CLUSTER=1: the cluster stays up (KUBECONFIG=$kubeconfig); make cluster-down removes it"
@@ -63,6 +71,16 @@ make --no-print-directory image-squid SQUID_IMG="$squid_img" IMAGE_LOAD="$sock"
 echo "e2e: operator image $operator_img $(cat bin/image/manager.digest), Squid image $squid_img $(cat bin/image/squid.digest)"
 "${ctr_cmd[@]}" images ls | grep -E "egress-proxies-operator|REF"
 took "images (build + import)"
+
+step "the OpenTelemetry Collector (hack/tools/otelcol): built (cached), its image imported, test/e2e/otelcol applied"
+otelcol_start=$SECONDS
+otelcol_bin=$(hack/tools/otelcol/build.sh | tail -n 1)
+timings+=("$(printf '%-44s %4ss' "collector build (hack/tools/otelcol)" "$((SECONDS - otelcol_start))")")
+OTELCOL_IMG="$otelcol_img" IMAGE_LOAD="$sock" hack/tools/otelcol/image.sh
+echo "e2e: collector $("$otelcol_bin" --version), image $otelcol_img $(cat bin/image/otelcol.digest)"
+"${k[@]}" apply --server-side -f test/e2e/otelcol/otelcol.yaml
+"${k[@]}" -n "$otelcol_ns" rollout status daemonset/otelcol --timeout=120s
+took "collector (build + image + deploy)"
 
 step "deploy: kustomize build test/e2e/config | kubectl apply"
 "$KUSTOMIZE" build test/e2e/config | "${k[@]}" apply --server-side -f -

@@ -105,18 +105,18 @@ func FuzzConfig(f *testing.F) {
 		if len(clients) == 0 {
 			wantSrcs = []string{"127.0.0.1/32", "::1/128"}
 		}
-		if !slices.Equal(srcs, wantSrcs) {
-			t.Fatalf("allowed_clients %q, want %q", srcs, wantSrcs)
+		if err := sameRanges(srcs, wantSrcs); err != nil {
+			t.Fatalf("allowed_clients %q for %q: %v", srcs, wantSrcs, err)
 		}
 		var wantDenied []string
 		for _, d := range policy.Denied() {
 			wantDenied = append(wantDenied, d.Prefix.String())
 		}
-		if !slices.Equal(denied, wantDenied) {
-			t.Fatalf("denied_destinations %q, want %q", denied, wantDenied)
+		if err := sameRanges(denied, wantDenied); err != nil {
+			t.Fatalf("denied_destinations %q for %q: %v", denied, wantDenied, err)
 		}
-		if !slices.Equal(allowedACL, strs(policy.Allowed())) {
-			t.Fatalf("allowed_destinations %q, want %q", allowedACL, strs(policy.Allowed()))
+		if err := sameRanges(allowedACL, strs(policy.Allowed())); err != nil {
+			t.Fatalf("allowed_destinations %q for %q: %v", allowedACL, strs(policy.Allowed()), err)
 		}
 		var wantConnect []string
 		for _, p := range policy.ConnectPorts() {
@@ -129,6 +129,40 @@ func FuzzConfig(f *testing.F) {
 			t.Fatalf("connect_ports %q, want %q", connect, wantConnect)
 		}
 	})
+}
+
+// sameRanges checks an ACL's written ranges against the ones asked for:
+// written in the order asked, each one asked for, every asked range
+// inside a written one (the ACL matches the same addresses), and none
+// inside another written one (Squid would warn and ignore one of them).
+func sameRanges(written, asked []string) error {
+	var ws []netip.Prefix
+	last := -1
+	for _, w := range written {
+		i := slices.Index(asked, w)
+		if i < 0 {
+			return fmt.Errorf("%s was not asked for", w)
+		}
+		if i < last {
+			return fmt.Errorf("%s is out of the asked order", w)
+		}
+		last = i
+		ws = append(ws, netip.MustParsePrefix(w))
+	}
+	for _, a := range asked {
+		p := netip.MustParsePrefix(a)
+		if !slices.ContainsFunc(ws, func(w netip.Prefix) bool { return w.Bits() <= p.Bits() && w.Contains(p.Addr()) }) {
+			return fmt.Errorf("%s is inside no written range", a)
+		}
+	}
+	for i, p := range ws {
+		for j, q := range ws {
+			if i != j && q.Bits() <= p.Bits() && q.Contains(p.Addr()) {
+				return fmt.Errorf("%s is inside %s, both written", p, q)
+			}
+		}
+	}
+	return nil
 }
 
 func split(list string) []string {

@@ -9,6 +9,7 @@ package squid
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -81,18 +82,35 @@ func Config(sp Params) string {
 	if len(clients) == 0 {
 		clients = loopbackClients
 	}
+	// Each ACL lists no range inside another of its ranges: Squid would
+	// warn at every start and ignore one of the two, the wider one when
+	// the narrower comes first (so [10.1.2.3/32, 10.1.0.0/16] would admit
+	// only 10.1.2.3).
 	for _, r := range clients {
-		w("acl allowed_clients src %s", r)
+		if coveredBy(r, clients) == nil {
+			w("acl allowed_clients src %s", r)
+		}
 	}
 	// One line per range under its reason, so a reader of the generated
 	// file sees why each is there (squid.conf has no trailing comments).
-	for _, d := range dest.Denied() {
+	denied := dest.Denied()
+	deniedPrefixes := make([]netip.Prefix, len(denied))
+	for i, d := range denied {
+		deniedPrefixes[i] = d.Prefix
+	}
+	for _, d := range denied {
+		if c := coveredBy(d.Prefix, deniedPrefixes); c != nil {
+			w("# %s: inside %s, denied by that line", d.Why, *c)
+			continue
+		}
 		w("# %s", d.Why)
 		w("acl denied_destinations dst %s", d.Prefix)
 	}
 	allowed := dest.Allowed()
 	for _, a := range allowed {
-		w("acl allowed_destinations dst %s", a)
+		if coveredBy(a, allowed) == nil {
+			w("acl allowed_destinations dst %s", a)
+		}
 	}
 	w("acl connect_ports port %s", joinPorts(dest.ConnectPorts()))
 	w("acl safe_ports port %s", joinRanges(egress.SafePorts()))
@@ -129,6 +147,24 @@ func Config(sp Params) string {
 	w("# Shorter than a Pod's termination grace period and systemd's stop timeout.")
 	w("shutdown_lifetime 5 seconds")
 	return b.String()
+}
+
+// coveredBy returns the range of all that contains p and is wider, or
+// the same range listed earlier, and nil when p stands alone.
+func coveredBy(p netip.Prefix, all []netip.Prefix) *netip.Prefix {
+	for i, q := range all {
+		if q == p {
+			// Only an earlier duplicate covers p; p itself does not.
+			if slices.Index(all, p) < i {
+				return &all[i]
+			}
+			continue
+		}
+		if q.Bits() <= p.Bits() && q.Contains(p.Addr()) {
+			return &all[i]
+		}
+	}
+	return nil
 }
 
 func orDefault(s, def string) string {

@@ -102,3 +102,60 @@ func TestConfigParses(t *testing.T) {
 		}
 	}
 }
+
+// Squid ignores, with a WARNING at every start, a range that lies inside
+// another one of the same ACL ("is a subnetwork of ... ignored to keep
+// splay tree searching predictable"): the generated config lists none, so
+// a Pod's or VM's log starts clean and the rules mean what they say.
+func TestConfigNoSubnetworkWarnings(t *testing.T) {
+	pfx := netip.MustParsePrefix
+	for _, tc := range []struct {
+		name string
+		sp   Params
+		// Lines that must not be written: each one's range is covered.
+		notWant []string
+		want    []string
+	}{
+		{"a cluster range inside a default denied range",
+			Params{Port: 3128, PidFile: "/tmp/p", CoredumpDir: "/tmp",
+				Destinations: (&egress.Settings{}).Policy(
+					egress.Range{Prefix: pfx("10.96.77.0/24"), Why: "the cluster's Service or Pod range (clusterCIDRs)"},
+					egress.Range{Prefix: pfx("203.0.113.0/24"), Why: "the cluster's Pod range"})},
+			[]string{"acl denied_destinations dst 10.96.77.0/24\n"},
+			[]string{"acl denied_destinations dst 10.0.0.0/8\n", "acl denied_destinations dst 203.0.113.0/24\n",
+				"# the cluster's Service or Pod range (clusterCIDRs): inside 10.0.0.0/8, denied by that line\n"}},
+		{"overlapping client ranges",
+			Params{Port: 3128, PidFile: "/tmp/p", CoredumpDir: "/tmp",
+				Clients: []netip.Prefix{pfx("10.244.77.5/32"), pfx("10.244.77.0/24"), pfx("fd00::1/128"), pfx("fd00::/8")}},
+			[]string{"acl allowed_clients src 10.244.77.5/32\n", "acl allowed_clients src fd00::1/128\n"},
+			[]string{"acl allowed_clients src 10.244.77.0/24\n", "acl allowed_clients src fd00::/8\n"}},
+		{"overlapping allowed destinations",
+			Params{Port: 3128, PidFile: "/tmp/p", CoredumpDir: "/tmp",
+				Destinations: (&egress.Settings{AllowedDestinations: []string{"10.244.77.0/24", "10.244.0.0/16"}}).Policy()},
+			[]string{"acl allowed_destinations dst 10.244.77.0/24\n"},
+			[]string{"acl allowed_destinations dst 10.244.0.0/16\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conf := Config(tc.sp)
+			for _, s := range tc.notWant {
+				if strings.Contains(conf, s) {
+					t.Errorf("config has %q, a range another line of its ACL covers", s)
+				}
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(conf, s) {
+					t.Errorf("config lacks %q", s)
+				}
+			}
+			out, err := squidtest.Parse(t, conf)
+			if err != nil {
+				t.Fatalf("squid -k parse refused the config: %v\n%s", err, out)
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.Contains(line, "WARNING") {
+					t.Errorf("squid -k parse: %s", line)
+				}
+			}
+		})
+	}
+}
