@@ -430,9 +430,11 @@ func (r *ProxyReconciler) failed(ctx context.Context, entry *registry.Entry, px 
 		px.Status.PermanentFailure = &egressv1.PermanentFailure{
 			ObservedGeneration: px.Generation, InstanceName: req.Name, ProviderRevision: entry.Revision, Time: metav1.Now(),
 		}
-		if serving {
+		if r.replacing(px) {
+			// Ready stays True (Replacing), so no transition records it.
 			r.event(px, corev1.EventTypeWarning, egressv1.ReasonPermanentFailure, "Reconcile", "%s", err.Error())
-		} else {
+		}
+		if !serving {
 			px.Status.Phase = egressv1.PhaseFailed
 		}
 		r.report(px, egressv1.ReasonPermanentFailure, err.Error())
@@ -440,7 +442,7 @@ func (r *ProxyReconciler) failed(ctx context.Context, entry *registry.Entry, px 
 	case provider.ErrQuotaExceeded:
 		wait := r.quotaBackoff.When(key(px))
 		log.Info("provider out of quota or capacity; backing off", "error", err.Error(), "retryIn", wait)
-		if serving {
+		if r.replacing(px) {
 			r.event(px, corev1.EventTypeWarning, egressv1.ReasonQuotaExceeded, "Reconcile", "%s", err.Error())
 		}
 		r.report(px, egressv1.ReasonQuotaExceeded, err.Error())

@@ -68,3 +68,26 @@ func TestLifecycleEmitsNoEvent(t *testing.T) {
 		t.Errorf("deletion emitted %q", evs)
 	}
 }
+
+// TestServingFailureRecordsOneEvent: a serving Proxy (no replacement)
+// whose instance fails permanently turns Ready False, and that transition
+// is its one event; it was recorded twice (the transition and a "still
+// serving" event) when the two did not know of each other.
+func TestServingFailureRecordsOneEvent(t *testing.T) {
+	for _, class := range []error{provider.ErrPermanent, provider.ErrQuotaExceeded} {
+		t.Run(class.Error(), func(t *testing.T) {
+			entry, fp := fakeEntry("pool")
+			d := newDirect(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry}})
+			d.create(newProxy("web", "pool"))
+			d.reconcileUntil("web", 3, "Ready", hasReason("True/Running"))
+			d.events()
+
+			fp.FailNext(provider.OpGet, provider.Errorf(class, "the backend refuses"))
+			d.reconcile("web")
+			evs := d.events()
+			if len(evs) != 1 || !containsAny(evs, "Warning ") || !containsAny(evs, "the backend refuses") {
+				t.Errorf("a serving Proxy's failure emitted %q; want one warning", evs)
+			}
+		})
+	}
+}
