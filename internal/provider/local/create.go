@@ -111,7 +111,7 @@ func (p *Provider) start(ctx context.Context, log logr.Logger, in *instance, por
 	p.servers.Add(1)
 	in.ip = ip
 	p.bound[ip] = in
-	in.srv = newServer(ln, a, p.upstream, log.WithValues("ip", ip.String(), "port", port), p.servers.Done)
+	in.srv = newServer(ln, a, p.upstream, serverLogger(log, ip, port), p.servers.Done)
 	log.V(2).Info("listening", "address", ln.Addr().String(), "range", p.cidr.String(),
 		"allowedSourceRanges", a.String())
 	return nil
@@ -193,4 +193,17 @@ func (p *Provider) release(in *instance) {
 	if !p.low.IsValid() || in.ip.Less(p.low) {
 		p.low = in.ip
 	}
+}
+
+// serverLogger is the logger an instance keeps for its life: the Create's
+// with the address, or none when the Create's logger drops V(1), since
+// every line a server writes is V(1) or V(2). A kept logger pins the
+// Create's (a zap clone with its encoded fields, about 1.5 KiB): 15 MiB
+// of a 10,000-instance fleet's heap at the default verbosity, for lines
+// that are never written.
+func serverLogger(log logr.Logger, ip netip.Addr, port int32) logr.Logger {
+	if !log.V(1).Enabled() {
+		return logr.Discard()
+	}
+	return log.WithValues("ip", ip.String(), "port", port)
 }

@@ -278,3 +278,34 @@ func TestBindTakesTheLowestFreeAddress(t *testing.T) {
 		t.Errorf("g at %s, want %s", got, at(6))
 	}
 }
+
+// TestServerKeepsLoggerOnlyWhenItWouldWrite: an instance created under a
+// logger that drops V(1) keeps none (every line a server writes is V(1)
+// or V(2), and a kept logger pins the Create's); under a verbose one it
+// keeps it, and its lines carry the address.
+func TestServerKeepsLoggerOnlyWhenItWouldWrite(t *testing.T) {
+	p := newTestProvider(t, testInstallation, 24)
+	srvOf := func(inst provider.Instance) *server {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		name, _ := parseID(inst.ID)
+		return p.instances[name].srv
+	}
+	quiet, _ := logCtx(0)
+	inst, err := p.Create(quiet, request("quiet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srvOf(inst).log.GetSink() != nil {
+		t.Error("an instance created at verbosity 0 keeps a logger")
+	}
+	loud, lines := logCtx(2)
+	inst, err = p.Create(loud, request("loud"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvOf(inst).log.V(1).Info("probe")
+	if !strings.Contains(lines.String(), "probe") || !strings.Contains(lines.String(), inst.IP) {
+		t.Errorf("a verbose instance's line lacks its address: %s", lines.String())
+	}
+}
