@@ -65,6 +65,7 @@ type options struct {
 	managerFlags []string
 	kubeQPS      float64
 	keep         bool
+	profileDir   string
 }
 
 func main() {
@@ -80,6 +81,7 @@ func main() {
 	fs.StringVar(&managerFlags, "manager-flags", os.Getenv("BENCH_MANAGER_FLAGS"), "more flags for the manager, space-separated, e.g. --kube-api-qps=-1 (env BENCH_MANAGER_FLAGS)")
 	fs.Float64Var(&o.kubeQPS, "kube-client-qps", envFloat("BENCH_KUBE_CLIENT_QPS", 0), "the kubernetes provider entry's clientQPS (clientBurst twice it); 0 keeps the provider's default (env BENCH_KUBE_CLIENT_QPS)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (the managers' logs, etcd data)")
+	fs.StringVar(&o.profileDir, "profile-dir", os.Getenv("BENCH_PROFILE_DIR"), "save the manager's heap and goroutine profiles, taken once every Proxy is Ready, in this `directory` (env BENCH_PROFILE_DIR)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: benchfleet --manager <operator binary> [flags]  (run it with `make bench-fleet`)")
 		fs.PrintDefaults()
@@ -145,8 +147,9 @@ type bench struct {
 	env *testenv.Env
 	// kubeconfig is the admin kubeconfig the managers use.
 	kubeconfig string
-	// mgr is the manager running now, if any.
-	mgr *childproc.Child
+	// mgr is the manager running now, if any; pprofAddr its profiler.
+	mgr       *childproc.Child
+	pprofAddr string
 }
 
 // progress prints one line on stderr with the seconds since the start.

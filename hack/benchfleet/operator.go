@@ -256,6 +256,7 @@ func (b *bench) runOperator(ctx context.Context, provider string) (phases, error
 	if err != nil {
 		return phases{}, err
 	}
+	b.profile(ctx, key("ready"))
 	b.out.seconds(key("create_seconds"), createTime)
 	b.out.latencies(key("apply_to_ready"), readyDs)
 	b.writes(key("create"), created, n)
@@ -508,7 +509,12 @@ func (b *bench) startManager(ctx context.Context, provider, cfgPath string) erro
 		return err
 	}
 	probe := "127.0.0.1:" + strconv.Itoa(port)
+	if port, err = childproc.FreePort(); err != nil {
+		return err
+	}
+	b.pprofAddr = "127.0.0.1:" + strconv.Itoa(port)
 	args := append([]string{
+		"--pprof-bind-address", b.pprofAddr,
 		"--providers-config", cfgPath,
 		"--metrics-bind-address", "0",
 		"--health-probe-bind-address", probe,

@@ -430,9 +430,11 @@ func (r *ProxyReconciler) failed(ctx context.Context, entry *registry.Entry, px 
 		px.Status.PermanentFailure = &egressv1.PermanentFailure{
 			ObservedGeneration: px.Generation, InstanceName: req.Name, ProviderRevision: entry.Revision, Time: metav1.Now(),
 		}
-		if serving {
+		if r.replacing(px) {
+			// Ready stays True (Replacing), so no transition records it.
 			r.event(px, corev1.EventTypeWarning, egressv1.ReasonPermanentFailure, "Reconcile", "%s", err.Error())
-		} else {
+		}
+		if !serving {
 			px.Status.Phase = egressv1.PhaseFailed
 		}
 		r.report(px, egressv1.ReasonPermanentFailure, err.Error())
@@ -440,7 +442,7 @@ func (r *ProxyReconciler) failed(ctx context.Context, entry *registry.Entry, px 
 	case provider.ErrQuotaExceeded:
 		wait := r.quotaBackoff.When(key(px))
 		log.Info("provider out of quota or capacity; backing off", "error", err.Error(), "retryIn", wait)
-		if serving {
+		if r.replacing(px) {
 			r.event(px, corev1.EventTypeWarning, egressv1.ReasonQuotaExceeded, "Reconcile", "%s", err.Error())
 		}
 		r.report(px, egressv1.ReasonQuotaExceeded, err.Error())
@@ -496,10 +498,6 @@ func (r *ProxyReconciler) create(ctx context.Context, entry *registry.Entry, px 
 		return provider.Instance{}, provider.Wrap(entry.Name, provider.OpCreate, provider.ErrTransient,
 			fmt.Errorf("instance %s is still being deleted; it is created anew once gone", inst.ID))
 	}
-	if px.Status.ProviderID != inst.ID {
-		r.event(px, corev1.EventTypeNormal, "InstanceCreated", "Create",
-			"instance %s on provider %q", inst.ID, entry.Name)
-	}
 	px.Status.ProviderID = inst.ID
 	px.Status.InstanceName = req.Name
 	return inst, nil
@@ -552,8 +550,9 @@ func createPort(px *egressv1.Proxy) int32 {
 	return px.Spec.Port
 }
 
-// setReady sets the Ready condition and emits an event when its reason
-// changes: events follow transitions, not reconciles.
+// setReady sets the Ready condition and records a Warning event when it
+// turns to a failure (proxy_events.go): events follow transitions, not
+// reconciles, and only those the status alone would lose.
 func (r *ProxyReconciler) setReady(px *egressv1.Proxy, status metav1.ConditionStatus, reason, msg string) {
 	// Copied, not pointed to: SetStatusCondition updates the slice in place.
 	var prev metav1.Condition
@@ -567,16 +566,8 @@ func (r *ProxyReconciler) setReady(px *egressv1.Proxy, status metav1.ConditionSt
 	if prev.Reason == reason && prev.Status == status {
 		return
 	}
-	typ := corev1.EventTypeNormal
-	if status == metav1.ConditionFalse && reason != egressv1.ReasonProvisioning && reason != egressv1.ReasonDeleting {
-		typ = corev1.EventTypeWarning
-	}
-	r.event(px, typ, reason, "Reconcile", "%s", msg)
-}
-
-func (r *ProxyReconciler) event(px *egressv1.Proxy, typ, reason, action, note string, args ...any) {
-	if r.Recorder != nil {
-		r.Recorder.Eventf(px, nil, typ, reason, action, note, args...)
+	if typ, emit := transitionEvent(status == metav1.ConditionTrue, reason); emit {
+		r.event(px, typ, reason, "Reconcile", "%s", msg)
 	}
 }
 

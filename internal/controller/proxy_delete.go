@@ -111,7 +111,6 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 	if remaining > 0 {
 		return ctrl.Result{RequeueAfter: entry.PollInterval}, false
 	}
-	r.event(px, "Normal", "InstanceDeleted", "Delete", "instance deleted from provider %q", entry.Name)
 	return ctrl.Result{}, true
 }
 

@@ -75,20 +75,24 @@ func TestManagedFieldsStrippedFromCachedObjects(t *testing.T) {
 }
 
 // TestExplicitClientRatePolicy: item 10, "an explicit, documented client
-// rate policy for the manager". ctrl.GetConfig hands main a config with
-// QPS -1 (no client-side limit at all); the manager's clients get the
-// operator's own limits instead: the defaults, or --kube-api-qps and
-// --kube-api-burst, and a negative QPS only when asked for.
+// rate policy for the manager". The manager's clients get the operator's
+// own policy, whatever the kubeconfig set: by default no client-side limit
+// (QPS -1, issue 13: a limit only queued a fleet's writes in the operator),
+// or the limit --kube-api-qps and --kube-api-burst ask for.
 func TestExplicitClientRatePolicy(t *testing.T) {
 	for _, tc := range []struct {
 		what      string
 		args      []string
 		wantQPS   float32
 		wantBurst int
+		// kubeconfigQPS is the QPS the caller's config carries; 0 is what
+		// ctrl.GetConfig returns for a kubeconfig that sets none (-1).
+		kubeconfigQPS float32
 	}{
-		{"defaults", nil, DefaultKubeAPIQPS, DefaultKubeAPIBurst},
-		{"flags", []string{"--kube-api-qps=7.5", "--kube-api-burst=9"}, 7.5, 9},
-		{"limit turned off", []string{"--kube-api-qps=-1"}, -1, DefaultKubeAPIBurst},
+		{"defaults: no limit", nil, -1, DefaultKubeAPIBurst, 0},
+		{"defaults over a kubeconfig's limit", nil, -1, DefaultKubeAPIBurst, 5},
+		{"flags", []string{"--kube-api-qps=7.5", "--kube-api-burst=9"}, 7.5, 9, 0},
+		{"limit turned off", []string{"--kube-api-qps=-1"}, -1, DefaultKubeAPIBurst, 20},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			var o Options
@@ -102,7 +106,11 @@ func TestExplicitClientRatePolicy(t *testing.T) {
 			}
 			o.SkipControllerNameValidation = true
 			cfg := rest.CopyConfig(env.Config)
-			cfg.QPS, cfg.Burst = -1, 0 // what ctrl.GetConfig returns for a kubeconfig that sets none
+			cfg.QPS, cfg.Burst = -1, 0
+			if tc.kubeconfigQPS != 0 {
+				cfg.QPS, cfg.Burst = tc.kubeconfigQPS, 2*int(tc.kubeconfigQPS)
+			}
+			callers := cfg.QPS
 			op, err := New(context.Background(), cfg, o)
 			if err != nil {
 				t.Fatal(err)
@@ -122,7 +130,7 @@ func TestExplicitClientRatePolicy(t *testing.T) {
 			if rl := rc.GetRateLimiter(); (rl == nil) != (tc.wantQPS < 0) || (rl != nil && rl.QPS() != tc.wantQPS) {
 				t.Errorf("rate limiter %v, want QPS %v", rl, tc.wantQPS)
 			}
-			if cfg.QPS != -1 {
+			if cfg.QPS != callers {
 				t.Error("New changed the caller's config")
 			}
 		})
@@ -139,4 +147,30 @@ func restConfigFor(cfg *rest.Config) *rest.Config {
 	c.APIPath = "/api"
 	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
 	return c
+}
+
+func TestPprofAddress(t *testing.T) {
+	for _, tc := range []struct{ in, want, err string }{
+		{"", "", ""},
+		{"0", "", ""},
+		{":6060", "127.0.0.1:6060", ""}, // no host: loopback, never every interface
+		{"127.0.0.1:6060", "127.0.0.1:6060", ""},
+		{"[::1]:6060", "[::1]:6060", ""},
+		{"0.0.0.0:6060", "0.0.0.0:6060", ""}, // every interface only when named
+		{"6060", "", `--pprof-bind-address "6060"`},
+	} {
+		got, err := pprofAddress(tc.in)
+		if got != tc.want || (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("pprofAddress(%q) = %q, %v; want %q, %q", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+	if err := (Options{ProvidersConfig: "x", PprofAddr: "6060"}).checkFlags(); err == nil {
+		t.Error("checkFlags took a pprof address without a port")
+	}
+	if got := managerOptions(Options{PprofAddr: ":6060"}).PprofBindAddress; got != "127.0.0.1:6060" {
+		t.Errorf("the manager's pprof address = %q, want 127.0.0.1:6060", got)
+	}
+	if got := managerOptions(Options{}).PprofBindAddress; got != "" {
+		t.Errorf("the manager serves pprof at %q by default, want off", got)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -52,8 +53,11 @@ func init() {
 type Options struct {
 	ProvidersConfig string
 
-	MetricsAddr             string
-	MetricsSecure           bool
+	MetricsAddr   string
+	MetricsSecure bool
+	// PprofAddr serves net/http/pprof; empty is off, and an address
+	// without a host binds loopback only (pprofAddress).
+	PprofAddr               string
 	ProbeAddr               string
 	LeaderElect             bool
 	LeaderElectionNamespace string
@@ -104,6 +108,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ProvidersConfig, "providers-config", "", "Path of the providers config file (YAML list of {name, type, <type>: {...}}); reloaded when it changes. Required.")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint (:8443 for HTTPS, :8080 for HTTP); 0 disables it.")
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", true, "Serve metrics over HTTPS with authentication and authorization through the API server.")
+	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "", "Address of the Go profiler's /debug/pprof endpoints, unauthenticated (off by default; \":6060\" binds 127.0.0.1:6060, name a host to bind another).")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Elect a leader on a Lease so that only one replica reconciles, collects and checks.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease (default: the operator's own).")
@@ -117,7 +122,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		o.Namespaces = splitList(v)
 		return nil
 	})
-	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", DefaultKubeAPIQPS, "Requests per second the manager's clients may send to the API server on average; a negative value turns the client-side limit off and leaves throttling to the API server's priority and fairness.")
+	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", DefaultKubeAPIQPS, "Requests per second the manager's clients may send to the API server on average; a negative value (the default) sets no client-side limit and leaves throttling to the API server's priority and fairness.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", DefaultKubeAPIBurst, "Requests the manager's clients may send at once above --kube-api-qps.")
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", controller.DefaultMaxConcurrentReconciles, "How many Proxies are reconciled at once.")
 	fs.DurationVar(&o.ProviderCallTimeout, "provider-call-timeout", controller.DefaultCallTimeout, "Longest a single provider call may take.")
@@ -130,12 +135,18 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.HealthHeartbeat, "health-heartbeat", health.DefaultHeartbeat, "Longest a ProviderHealth's lastCheckTime goes unwritten when nothing changed.")
 }
 
-// The manager's default client-side rate limit. controller-runtime's
-// ctrl.GetConfig turns client-side limiting off (QPS -1) and client-go's
-// own default (5 QPS, burst 10) would queue a fleet's writes for minutes;
-// docs/operations.md gives the reasons for these values.
+// The manager's default client-side rate limit: none (QPS -1), as
+// controller-runtime's ctrl.GetConfig sets. The manager's requests are
+// bounded by its concurrency, not by a limiter: the workers (8 by default)
+// write at most twice a pass, the health loop, the collector and leader
+// election one request at a time, and reads come from the cache; the API
+// server's priority and fairness queues and shares what reaches it. A
+// limit only queued a fleet's writes in the operator (50/s: 2.8x the API
+// server's own time for 1,000 Proxies; docs/operations.md gives the
+// figures). DefaultKubeAPIBurst is the burst of a limit set with
+// --kube-api-qps.
 const (
-	DefaultKubeAPIQPS   = 50
+	DefaultKubeAPIQPS   = -1
 	DefaultKubeAPIBurst = 100
 )
 
@@ -168,6 +179,9 @@ func (o Options) checkFlags() error {
 		return fmt.Errorf("--kube-api-burst %d: must not be negative", o.KubeAPIBurst)
 	}
 	if err := checkScope(o); err != nil {
+		return err
+	}
+	if _, err := pprofAddress(o.PprofAddr); err != nil {
 		return err
 	}
 	return gc.CheckGrace(orDur(o.GCGrace, gc.DefaultGrace), orDur(o.ProviderCallTimeout, controller.DefaultCallTimeout))
@@ -318,7 +332,9 @@ func managerOptions(o Options) ctrl.Options {
 		metricsOpts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
 	}
 	grace := o.GracefulShutdown
+	pprofAddr, _ := pprofAddress(o.PprofAddr) // checked by checkFlags
 	opts := ctrl.Options{
+		PprofBindAddress:              pprofAddr,
 		Scheme:                        Scheme,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        o.ProbeAddr,
@@ -390,6 +406,23 @@ func rateLimited(cfg *rest.Config, o Options) *rest.Config {
 		cfg.QPS = -1 // off: client-go makes no limiter for a QPS below 0
 	}
 	return cfg
+}
+
+// pprofAddress is where the profiler listens: "" (off) for "" or "0", and
+// loopback for an address that names no host, since the endpoints have no
+// authentication and a heap profile holds whatever the heap holds.
+func pprofAddress(addr string) (string, error) {
+	if addr == "" || addr == "0" {
+		return "", nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("--pprof-bind-address %q: %w", addr, err)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port), nil
 }
 
 func orDur(d, def time.Duration) time.Duration {

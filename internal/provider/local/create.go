@@ -101,6 +101,7 @@ func validateRequest(req provider.CreateRequest) (*acl, error) {
 func (p *Provider) start(ctx context.Context, log logr.Logger, in *instance, port int32, a *acl) error {
 	if in.srv != nil {
 		in.srv.close() // a listener that died on its own: let it drain
+		p.release(in)
 		in.srv = nil
 	}
 	ln, ip, err := p.bind(ctx, port)
@@ -109,26 +110,30 @@ func (p *Provider) start(ctx context.Context, log logr.Logger, in *instance, por
 	}
 	p.servers.Add(1)
 	in.ip = ip
-	in.srv = newServer(ln, a, p.upstream, log.WithValues("ip", ip.String(), "port", port), p.servers.Done)
+	p.bound[ip] = in
+	in.srv = newServer(ln, a, p.upstream, serverLogger(log, ip, port), p.servers.Done)
 	log.V(2).Info("listening", "address", ln.Addr().String(), "range", p.cidr.String(),
 		"allowedSourceRanges", a.String())
 	return nil
 }
 
-// bind listens on port at the lowest address of the range that no instance
-// holds, moving on when another process holds the port there. The caller
-// holds p.mu, so two Creates never pick the same address.
+// bind listens on the lowest free address of the range that no instance
+// holds, skipping addresses something else already listens on. The scan
+// starts at p.low, below which every address is reserved or held by an
+// instance, and looks holders up in p.bound: a fleet's creates cost no
+// walk over every instance (at 10,000 instances, building that set for
+// each create was most of the provider's time). The caller holds p.mu, so
+// two Creates never pick the same address.
 func (p *Provider) bind(ctx context.Context, port int32) (net.Listener, netip.Addr, error) {
-	taken := map[netip.Addr]bool{}
-	for _, in := range p.instances {
-		if in.srv != nil {
-			taken[in.ip] = true
-		}
-	}
 	var lc net.ListenConfig
 	inUse := 0
-	for addr := p.cidr.Addr().Next(); addr.IsValid() && p.cidr.Contains(addr); addr = addr.Next() {
-		if reserved(p.cidr, addr) || taken[addr] {
+	var gap netip.Addr // the first address skipped for being in use elsewhere
+	start := p.low
+	if !start.IsValid() || !p.cidr.Contains(start) {
+		start = p.cidr.Addr().Next()
+	}
+	for addr := start; addr.IsValid() && p.cidr.Contains(addr); addr = addr.Next() {
+		if reserved(p.cidr, addr) || p.holds(addr) {
 			continue
 		}
 		if err := provider.CtxErr(ctx, p.name, provider.OpCreate); err != nil {
@@ -137,15 +142,68 @@ func (p *Provider) bind(ctx context.Context, port int32) (net.Listener, netip.Ad
 		ap := netip.AddrPortFrom(addr, uint16(port))
 		ln, err := lc.Listen(ctx, "tcp4", ap.String())
 		if err == nil {
+			p.low = addr.Next()
+			if gap.IsValid() {
+				p.low = gap
+			}
 			return ln, addr, nil
 		}
 		if !errors.Is(err, syscall.EADDRINUSE) {
 			return nil, netip.Addr{}, classifyListen(ap, err)
+		}
+		if !gap.IsValid() {
+			gap = addr
 		}
 		inUse++
 		if inUse >= maxInUse {
 			break
 		}
 	}
-	return nil, netip.Addr{}, exhausted(p.cidr, p.usable, len(taken), inUse, port)
+	if gap.IsValid() {
+		p.low = gap
+	}
+	return nil, netip.Addr{}, exhausted(p.cidr, p.usable, p.held(), inUse, port)
+}
+
+// holds says whether an instance listens on addr.
+func (p *Provider) holds(addr netip.Addr) bool {
+	in := p.bound[addr]
+	return in != nil && in.srv != nil && in.ip == addr && p.instances[in.name] == in
+}
+
+// held counts the addresses instances listen on.
+func (p *Provider) held() int {
+	n := 0
+	for addr := range p.bound {
+		if p.holds(addr) {
+			n++
+		}
+	}
+	return n
+}
+
+// release frees the address in listened on, for the next bind.
+func (p *Provider) release(in *instance) {
+	if in.srv == nil || !in.ip.IsValid() {
+		return
+	}
+	if p.bound[in.ip] == in {
+		delete(p.bound, in.ip)
+	}
+	if !p.low.IsValid() || in.ip.Less(p.low) {
+		p.low = in.ip
+	}
+}
+
+// serverLogger is the logger an instance keeps for its life: the Create's
+// with the address, or none when the Create's logger drops V(1), since
+// every line a server writes is V(1) or V(2). A kept logger pins the
+// Create's (a zap clone with its encoded fields, about 1.5 KiB): 15 MiB
+// of a 10,000-instance fleet's heap at the default verbosity, for lines
+// that are never written.
+func serverLogger(log logr.Logger, ip netip.Addr, port int32) logr.Logger {
+	if !log.V(1).Enabled() {
+		return logr.Discard()
+	}
+	return log.WithValues("ip", ip.String(), "port", port)
 }

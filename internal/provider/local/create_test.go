@@ -234,3 +234,78 @@ func TestCreateReportsPortInUseEverywhere(t *testing.T) {
 		t.Errorf("error %q does not say the port is in use", err)
 	}
 }
+
+// TestBindTakesTheLowestFreeAddress: an address an instance gave up is
+// the next one taken, and so is one another process held when it is free
+// again; bind starts its scan past the held addresses, not at the range's
+// first.
+func TestBindTakesTheLowestFreeAddress(t *testing.T) {
+	p := newTestProvider(t, testInstallation, 24)
+	ctx := context.Background()
+	ip := func(name string) string { return mustCreate(t, p, request(name)).IP }
+	base := p.cidr.Addr()
+	at := func(i int) string {
+		a := base
+		for ; i > 0; i-- {
+			a = a.Next()
+		}
+		return a.String()
+	}
+	for i, name := range []string{"a", "b", "c"} {
+		if got := ip(name); got != at(i+1) {
+			t.Fatalf("%s at %s, want %s", name, got, at(i+1))
+		}
+	}
+	if err := p.Delete(ctx, instanceID(request("b").Name)); err != nil {
+		t.Fatal(err)
+	}
+	if got := ip("d"); got != at(2) {
+		t.Errorf("after b's delete: d at %s, want b's %s", got, at(2))
+	}
+	// Something else listens on the next free address, on the instances' port.
+	other, err := net.Listen("tcp4", net.JoinHostPort(at(4), itoa(testPort())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ip("e"); got != at(5) {
+		t.Errorf("e at %s, want %s (past the address in use)", got, at(5))
+	}
+	_ = other.Close()
+	if got := ip("f"); got != at(4) {
+		t.Errorf("f at %s, want %s (free again)", got, at(4))
+	}
+	if got := ip("g"); got != at(6) {
+		t.Errorf("g at %s, want %s", got, at(6))
+	}
+}
+
+// TestServerKeepsLoggerOnlyWhenItWouldWrite: an instance created under a
+// logger that drops V(1) keeps none (every line a server writes is V(1)
+// or V(2), and a kept logger pins the Create's); under a verbose one it
+// keeps it, and its lines carry the address.
+func TestServerKeepsLoggerOnlyWhenItWouldWrite(t *testing.T) {
+	p := newTestProvider(t, testInstallation, 24)
+	srvOf := func(inst provider.Instance) *server {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		name, _ := parseID(inst.ID)
+		return p.instances[name].srv
+	}
+	quiet, _ := logCtx(0)
+	inst, err := p.Create(quiet, request("quiet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srvOf(inst).log.GetSink() != nil {
+		t.Error("an instance created at verbosity 0 keeps a logger")
+	}
+	loud, lines := logCtx(2)
+	inst, err = p.Create(loud, request("loud"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvOf(inst).log.V(1).Info("probe")
+	if !strings.Contains(lines.String(), "probe") || !strings.Contains(lines.String(), inst.IP) {
+		t.Errorf("a verbose instance's line lacks its address: %s", lines.String())
+	}
+}

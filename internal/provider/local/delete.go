@@ -41,6 +41,7 @@ func (p *Provider) delete(ctx context.Context, id string) (string, error) {
 		return "not ours, left alone", nil
 	}
 	delete(p.instances, name)
+	p.release(in)
 	srv := in.srv
 	if srv != nil {
 		srv.close() // the address is free once this returns

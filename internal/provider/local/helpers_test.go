@@ -154,6 +154,7 @@ func stopServer(t testing.TB, p *Provider, id string, forget bool) {
 	in, ok := p.instances[name]
 	var srv *server
 	if ok {
+		p.release(in)
 		srv, in.srv = in.srv, nil
 		if forget {
 			delete(p.instances, name)

@@ -60,7 +60,12 @@ type Provider struct {
 
 	mu        sync.Mutex
 	instances map[string]*instance
-	closed    bool
+	// bound is the instance listening on each address (an entry may be
+	// stale: holds checks it), and low the lowest address that may be
+	// free (bind).
+	bound  map[netip.Addr]*instance
+	low    netip.Addr
+	closed bool
 	// servers counts servers that have not finished draining, including
 	// those of deleted instances whose Delete gave up on its ctx, so that
 	// Close returns only when no handler is left running.
@@ -99,6 +104,7 @@ func New(name string, cfg Config, opts provider.Options) (*Provider, error) {
 		usable:    usableAddresses(cidr),
 		upstream:  upstream{policy: cfg.Settings.Policy()},
 		instances: map[string]*instance{},
+		bound:     map[netip.Addr]*instance{},
 	}, nil
 }
 

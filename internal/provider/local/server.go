@@ -19,6 +19,7 @@ package local
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -112,11 +113,15 @@ type upstream struct {
 
 // server is one instance's listener and proxy.
 type server struct {
-	ln        net.Listener
-	hs        *http.Server
+	ln     net.Listener
+	hs     *http.Server
+	dialer *net.Dialer
+	// fwdMu guards forward and its transport, made by the first plain
+	// request: most instances of a fleet never forward one, and each pair
+	// is a few KiB.
+	fwdMu     sync.Mutex
 	forward   *httputil.ReverseProxy
 	transport *http.Transport
-	dialer    *net.Dialer
 	up        upstream
 	acl       atomic.Pointer[acl]
 	log       logr.Logger
@@ -150,38 +155,15 @@ func newServer(ln net.Listener, a *acl, up upstream, logger logr.Logger, onDone 
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.acl.Store(a)
 	s.dialer = &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
-	s.transport = &http.Transport{
-		Proxy:                 nil, // never chain to the operator's own HTTP(S)_PROXY
-		DialContext:           s.dial,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          100,
-		MaxIdleConnsPerHost:   32,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true, // pass bodies through as the origin sent them
-	}
-	s.forward = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			// The absolute URI is already the target; only undo Rewrite's
-			// removal of end-to-end headers. No X-Forwarded-For is added:
-			// an egress proxy keeps its clients' addresses to itself.
-			for _, h := range forwardedHeaders {
-				if v, ok := pr.In.Header[h]; ok {
-					pr.Out.Header[h] = v
-				}
-			}
-		},
-		Transport:    s.transport,
-		ErrorLog:     log.New(serverLog{s}, "", 0),
-		ErrorHandler: s.upstreamError,
-	}
 	s.hs = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          log.New(serverLog{s}, "", 0),
 		BaseContext:       func(net.Listener) context.Context { return s.ctx },
+		// Plain HTTP only: a non-nil empty map keeps Serve from setting up
+		// HTTP/2 (its per-server state) for a TLS this server never speaks.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 	}
 	s.active.Add(1)
 	go func() {
@@ -195,6 +177,51 @@ func newServer(ln net.Listener, a *acl, up upstream, logger logr.Logger, onDone 
 		}
 	}()
 	return s
+}
+
+// forwarder is the server's reverse proxy, made on first use.
+func (s *server) forwarder() *httputil.ReverseProxy {
+	s.fwdMu.Lock()
+	defer s.fwdMu.Unlock()
+	if s.forward == nil {
+		s.transport = &http.Transport{
+			Proxy:                 nil, // never chain to the operator's own HTTP(S)_PROXY
+			DialContext:           s.dial,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          100,
+			MaxIdleConnsPerHost:   32,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			DisableCompression:    true, // pass bodies through as the origin sent them
+		}
+		s.forward = &httputil.ReverseProxy{
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				// The absolute URI is already the target; only undo Rewrite's
+				// removal of end-to-end headers. No X-Forwarded-For is added:
+				// an egress proxy keeps its clients' addresses to itself.
+				for _, h := range forwardedHeaders {
+					if v, ok := pr.In.Header[h]; ok {
+						pr.Out.Header[h] = v
+					}
+				}
+			},
+			Transport:    s.transport,
+			ErrorLog:     log.New(serverLog{s}, "", 0),
+			ErrorHandler: s.upstreamError,
+		}
+	}
+	return s.forward
+}
+
+// closeIdle closes the idle upstream connections, if any were made.
+func (s *server) closeIdle() {
+	s.fwdMu.Lock()
+	t := s.transport
+	s.fwdMu.Unlock()
+	if t != nil {
+		t.CloseIdleConnections()
+	}
 }
 
 // alive says whether the listener still serves.
@@ -223,10 +250,10 @@ func (s *server) close() {
 	_ = s.ln.Close() // synchronously, so the address is free now
 	_ = s.hs.Close() // every connection the server still tracks
 	s.cancel()       // forwarded requests, upstream dials and tunnels end
-	s.transport.CloseIdleConnections()
+	s.closeIdle()
 	go func() {
 		s.active.Wait()
-		s.transport.CloseIdleConnections()
+		s.closeIdle()
 		close(s.finished)
 		if s.onDone != nil {
 			s.onDone()
@@ -290,7 +317,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.refuse(w, r, r.URL.Host, err)
 			return
 		}
-		s.forward.ServeHTTP(w, r)
+		s.forwarder().ServeHTTP(w, r)
 	}
 }
 

@@ -464,3 +464,44 @@ func TestEgressFromInstanceAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleInstanceHoldsNoForwarder: an instance that never forwarded a
+// plain request holds no reverse proxy or transport (a fleet's listeners
+// mostly sit idle, and each pair is a few KiB), and no HTTP/2 server state;
+// the first request makes them.
+func TestIdleInstanceHoldsNoForwarder(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
+	defer origin.Close()
+	p := newTestProvider(t, testInstallation, 24)
+	inst := mustCreate(t, p, request("idle"))
+	srv := func() *server {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		name, _ := parseID(inst.ID)
+		return p.instances[name].srv
+	}()
+	srv.fwdMu.Lock()
+	made := srv.forward != nil || srv.transport != nil
+	srv.fwdMu.Unlock()
+	if made {
+		t.Error("a new instance holds a forwarder before any request")
+	}
+	if srv.hs.TLSNextProto == nil {
+		t.Error("the server would set up HTTP/2 (TLSNextProto is nil)")
+	}
+	resp, err := proxyClient(t, inst, nil).Get(origin.URL)
+	if err != nil {
+		t.Fatalf("GET through the proxy: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "ok" {
+		t.Fatalf("GET = %d %q", resp.StatusCode, body)
+	}
+	srv.fwdMu.Lock()
+	made = srv.forward != nil && srv.transport != nil
+	srv.fwdMu.Unlock()
+	if !made {
+		t.Error("the first request made no forwarder")
+	}
+}
