@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,32 +26,23 @@ type ownerListing struct {
 }
 
 func (o *ownerListing) ListOwnedInstances(ctx context.Context, uid string) ([]provider.Instance, error) {
-	o.mu.Lock()
-	o.instanceUIDs = append(o.instanceUIDs, uid)
-	o.mu.Unlock()
+	o.asked(&o.instanceUIDs, uid)
 	all, err := o.fp.ListByTag(ctx)
-	var out []provider.Instance
-	for _, in := range all {
-		if in.UID == uid {
-			out = append(out, in)
-		}
-	}
-	return out, err
+	return slices.DeleteFunc(all, func(in provider.Instance) bool { return in.UID != uid }), err
 }
 
+// ListOwnedSecondaries may leave InstanceGone unset; the fake's listing
+// says what it knows, which the pass must not need.
 func (o *ownerListing) ListOwnedSecondaries(ctx context.Context, uid string) ([]provider.Secondary, error) {
-	o.mu.Lock()
-	o.secondUID = append(o.secondUID, uid)
-	o.mu.Unlock()
+	o.asked(&o.secondUID, uid)
 	all, err := o.fp.ListSecondary(ctx)
-	var out []provider.Secondary
-	for _, s := range all {
-		if s.Marks.UID == uid {
-			s.InstanceGone = false // the contract lets an owner listing leave it unset
-			out = append(out, s)
-		}
-	}
-	return out, err
+	return slices.DeleteFunc(all, func(s provider.Secondary) bool { return s.Marks.UID != uid }), err
+}
+
+func (o *ownerListing) asked(uids *[]string, uid string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	*uids = append(*uids, uid)
 }
 
 // A deletion pass on an entry that lists by owner (provider.OwnerLister)
