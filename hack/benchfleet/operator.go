@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -420,10 +421,11 @@ func (b *bench) notReady(ctx context.Context, c client.Client) string {
 }
 
 // backendLeft counts the kubernetes provider's objects left once every
-// Proxy is gone.
+// Proxy is gone: every kind it makes.
 func (b *bench) backendLeft(ctx context.Context, c client.Client) string {
 	left := map[string]int{}
-	lists := map[string]client.ObjectList{"pods": &corev1.PodList{}, "services": &corev1.ServiceList{}, "configmaps": &corev1.ConfigMapList{}}
+	lists := map[string]client.ObjectList{"pods": &corev1.PodList{}, "services": &corev1.ServiceList{}, "configmaps": &corev1.ConfigMapList{},
+		"networkpolicies": &networkingv1.NetworkPolicyList{}}
 	for name, l := range lists {
 		if err := c.List(ctx, l, client.InNamespace(backendNamespace)); err != nil {
 			return err.Error()

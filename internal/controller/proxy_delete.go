@@ -119,7 +119,7 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 func (r *ProxyReconciler) ownedUnrecorded(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, recorded []string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
-	insts, err := r.sweeps.of(entry).instances.list(ctx, r.CallTimeout, entry.Provider.ListByTag)
+	insts, err := r.instancesOf(ctx, entry, string(px.UID))
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +145,7 @@ func (r *ProxyReconciler) deleteOwnedSecondaries(ctx context.Context, entry *reg
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
 	defer cancel()
-	secs, err := r.sweeps.of(entry).secondaries.list(ctx, r.CallTimeout, entry.Secondary.ListSecondary)
+	secs, err := r.secondariesOf(ctx, entry, string(px.UID))
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,32 @@ import (
 // provider entry run one after another; a wave then lists about once per
 // listing's duration.
 
+//
+// A provider that lists one Proxy's objects by its UID
+// (provider.OwnerLister) is asked that instead, per pass: each listing is
+// that Proxy's few objects, started by the pass itself, so a wave of N
+// deletes reads O(N) objects rather than O(N) rounds of the fleet.
+
+// instancesOf returns the instances a deletion pass of the Proxy with UID
+// uid must look at: the Proxy's own through the entry's owner listing,
+// else the fleet's from a shared round. Either listing started after the
+// call.
+func (r *ProxyReconciler) instancesOf(ctx context.Context, entry *registry.Entry, uid string) ([]provider.Instance, error) {
+	if entry.Owned != nil {
+		return entry.Owned.ListOwnedInstances(ctx, uid)
+	}
+	return r.sweeps.of(entry).instances.list(ctx, r.CallTimeout, entry.Provider.ListByTag)
+}
+
+// secondariesOf is instancesOf for the secondary resources; the entry has
+// a SecondaryLister.
+func (r *ProxyReconciler) secondariesOf(ctx context.Context, entry *registry.Entry, uid string) ([]provider.Secondary, error) {
+	if entry.Owned != nil {
+		return entry.Owned.ListOwnedSecondaries(ctx, uid)
+	}
+	return r.sweeps.of(entry).secondaries.list(ctx, r.CallTimeout, entry.Secondary.ListSecondary)
+}
+
 // listRounds shares the listings of one kind for one entry.
 type listRounds[T any] struct {
 	mu      sync.Mutex

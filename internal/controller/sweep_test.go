@@ -4,14 +4,117 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/fake"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
+
+// ownerListing is a provider.OwnerLister over a fake provider's fleet
+// listings, filtered by UID, recording the UIDs it was asked for (each of
+// its calls is one of the fake's listings).
+type ownerListing struct {
+	fp                      *fake.Provider
+	mu                      sync.Mutex
+	instanceUIDs, secondUID []string
+}
+
+func (o *ownerListing) ListOwnedInstances(ctx context.Context, uid string) ([]provider.Instance, error) {
+	o.asked(&o.instanceUIDs, uid)
+	all, err := o.fp.ListByTag(ctx)
+	return slices.DeleteFunc(all, func(in provider.Instance) bool { return in.UID != uid }), err
+}
+
+// ListOwnedSecondaries may leave InstanceGone unset; the fake's listing
+// says what it knows, which the pass must not need.
+func (o *ownerListing) ListOwnedSecondaries(ctx context.Context, uid string) ([]provider.Secondary, error) {
+	o.asked(&o.secondUID, uid)
+	all, err := o.fp.ListSecondary(ctx)
+	return slices.DeleteFunc(all, func(s provider.Secondary) bool { return s.Marks.UID != uid }), err
+}
+
+func (o *ownerListing) asked(uids *[]string, uid string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	*uids = append(*uids, uid)
+}
+
+// A deletion pass on an entry that lists by owner (provider.OwnerLister)
+// asks it for its own Proxy's objects and never lists the fleet: no
+// ListByTag, no ListSecondary; and what the owner listing finds beyond the
+// status (an unrecorded instance of the Proxy, as a killed operator
+// leaves) is still deleted, so nothing is left.
+func TestDeletionPassListsByOwner(t *testing.T) {
+	entry, fp := fakeEntry("pool")
+	entry.Secondary = fp
+	owner := &ownerListing{fp: fp}
+	entry.Owned = owner
+	d := newDirect(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry}})
+	d.create(newProxy("web", "pool"))
+	px := d.reconcileUntil("web", 3, "Ready", hasReason("True/Running"))
+	// An instance of the Proxy its status does not record, and another
+	// Proxy's, which the pass must leave alone.
+	req := provider.CreateRequest{Namespace: d.ns, ProxyName: "web", UID: string(px.UID), Port: 3128}
+	req.Name = provider.InstanceName(d.ns, "web", req.UID, "unrecorded")
+	unrecorded, err := fp.Create(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := req
+	other.ProxyName, other.UID = "other", "uid-other"
+	other.Name = provider.InstanceName(d.ns, "other", other.UID, "s")
+	if _, err := fp.Create(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	// A leftover of a Create that never made its instance: only a
+	// secondary listing finds it.
+	marks := provider.Marks{Managed: true, UID: req.UID, Installation: testInstallation}
+	leftover := fp.Backend().PlantSecondary("volume", provider.InstanceName(d.ns, "web", req.UID, "crashed"), &marks)
+	fp.Reset()
+	if err := env.Client.Delete(context.Background(), d.get("web")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5 && d.get("web") != nil; i++ {
+		d.reconcile("web")
+	}
+	if d.get("web") != nil {
+		t.Fatal("the Proxy was not released")
+	}
+	owner.mu.Lock()
+	defer owner.mu.Unlock()
+	if n, m := fp.Calls(provider.OpList)-len(owner.instanceUIDs), fp.Calls(provider.OpListSecondary)-len(owner.secondUID); n != 0 || m != 0 {
+		t.Errorf("the deletion listed the fleet: %d ListByTag, %d ListSecondary beside the owner listings; want none", n, m)
+	}
+	if len(owner.instanceUIDs) == 0 || len(owner.secondUID) == 0 {
+		t.Errorf("owner listings: instances for %v, secondaries for %v; want the Proxy's UID in both", owner.instanceUIDs, owner.secondUID)
+	}
+	for _, uid := range append(owner.instanceUIDs, owner.secondUID...) {
+		if uid != string(px.UID) {
+			t.Errorf("an owner listing asked for UID %q, want the Proxy's %q", uid, px.UID)
+		}
+	}
+	if _, err := fp.Get(context.Background(), unrecorded.ID); !errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("the unrecorded instance %s is still there after the deletion (Get: %v)", unrecorded.ID, err)
+	}
+	if _, ok := fp.Backend().LookupSecondary(leftover.Kind, leftover.Instance); ok {
+		t.Errorf("the Proxy's leftover %s is still there after the deletion", leftover.ID)
+	}
+	left := 0
+	for _, rec := range fp.Backend().Records() {
+		if rec.Marks != nil && rec.Marks.UID == "uid-other" {
+			left++
+		}
+	}
+	if left != 1 {
+		t.Errorf("the other Proxy's instance: %d left, want 1 (untouched)", left)
+	}
+}
 
 // A listing that blocks until the test releases it, numbering its starts.
 type heldListing struct {

@@ -3,9 +3,12 @@ package kubernetes
 import (
 	"context"
 	"sort"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	clientset "k8s.io/client-go/kubernetes"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
@@ -30,13 +33,49 @@ func (p *Provider) selector() string {
 	}.AsSelector().String()
 }
 
+// ownerSelector matches this installation's managed objects whose UID
+// mark is uid. An empty or malformed uid is Permanent: it would select the
+// objects with an empty mark, or none.
+func (p *Provider) ownerSelector(uid string) (string, error) {
+	if msgs := validation.IsValidLabelValue(uid); uid == "" || len(msgs) > 0 {
+		return "", provider.Errorf(provider.ErrPermanent, "owner UID %q is not a label value: %s", uid, strings.Join(msgs, "; "))
+	}
+	return labels.Set{
+		provider.MarkManaged:      provider.MarkManagedValue,
+		provider.MarkInstallation: p.opts.InstallationID,
+		provider.MarkUID:          uid,
+	}.AsSelector().String(), nil
+}
+
+// ListOwnedInstances is ListByTag for the Pods whose UID mark is uid: the
+// selector does it on the API server, so a Proxy's deletion pass reads its
+// own Pod, not the fleet's (provider.OwnerLister). The read is a plain
+// LIST, which the API server answers as of now.
+func (p *Provider) ListOwnedInstances(ctx context.Context, uid string) ([]provider.Instance, error) {
+	c, err := p.begin(ctx, provider.OpListOwnedInstances)
+	if err != nil {
+		return nil, err
+	}
+	sel, err := p.ownerSelector(uid)
+	if err != nil {
+		return nil, err
+	}
+	return p.listPods(ctx, c, sel)
+}
+
 func (p *Provider) list(ctx context.Context) ([]provider.Instance, error) {
 	c, err := p.begin(ctx, provider.OpList)
 	if err != nil {
 		return nil, err
 	}
+	return p.listPods(ctx, c, p.selector())
+}
+
+// listPods lists the Pods of ours that sel matches, in every namespace or
+// the entry's one.
+func (p *Provider) listPods(ctx context.Context, c clientset.Interface, sel string) ([]provider.Instance, error) {
 	pods := c.CoreV1().Pods(p.cfg.Namespace) // "" lists every namespace
-	opts := metav1.ListOptions{LabelSelector: p.selector(), Limit: listPageSize}
+	opts := metav1.ListOptions{LabelSelector: sel, Limit: listPageSize}
 	list := []provider.Instance{}
 	for {
 		page, err := pods.List(ctx, opts)

@@ -17,7 +17,10 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
-var _ provider.SecondaryLister = (*Provider)(nil)
+var (
+	_ provider.SecondaryLister = (*Provider)(nil)
+	_ provider.OwnerLister     = (*Provider)(nil)
+)
 
 // objectKind is one kind of object the provider makes for an instance, as
 // Delete, ListSecondary and DeleteSecondary reach it: every object of an
@@ -146,8 +149,8 @@ func secondaryKindNames() []string {
 // listOurs lists every object of k carrying this installation's marks, in
 // the entry's namespace or every one, page by page; a failed page fails the
 // whole listing (fail-whole).
-func (p *Provider) listOurs(ctx context.Context, c clientset.Interface, k objectKind) ([]metav1.Object, error) {
-	opts := metav1.ListOptions{LabelSelector: p.selector(), Limit: listPageSize}
+func (p *Provider) listOurs(ctx context.Context, c clientset.Interface, k objectKind, sel string) ([]metav1.Object, error) {
+	opts := metav1.ListOptions{LabelSelector: sel, Limit: listPageSize}
 	var out []metav1.Object
 	for {
 		page, next, err := k.list(ctx, c, p.cfg.Namespace, opts)
@@ -179,24 +182,11 @@ func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 	if err != nil {
 		return nil, err
 	}
-	out := []provider.Secondary{}
-	for _, k := range secondaryKinds {
-		objs, err := p.listOurs(ctx, c, k)
-		if err != nil {
-			return nil, err
-		}
-		for _, obj := range objs {
-			out = append(out, provider.Secondary{
-				ID:         secondaryID(k.kind, obj.GetNamespace(), obj.GetName(), obj.GetUID()),
-				Kind:       k.kind,
-				Marks:      provider.MarksFromLabels(obj.GetLabels()),
-				Instance:   obj.GetName(),
-				InstanceID: instanceID(obj.GetNamespace(), obj.GetName()),
-				CreatedAt:  obj.GetCreationTimestamp().UTC(),
-			})
-		}
+	out, err := p.listSecondaries(ctx, c, p.selector())
+	if err != nil {
+		return nil, err
 	}
-	pods, err := p.listOurs(ctx, c, podKind)
+	pods, err := p.listOurs(ctx, c, podKind, p.selector())
 	if err != nil {
 		return nil, err
 	}
@@ -227,6 +217,50 @@ func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	provider.Note(ctx, "instanceGone", gone)
+	return out, nil
+}
+
+// listSecondaries lists the objects of every secondary kind that sel
+// matches, with InstanceGone unset.
+func (p *Provider) listSecondaries(ctx context.Context, c clientset.Interface, sel string) ([]provider.Secondary, error) {
+	out := []provider.Secondary{}
+	for _, k := range secondaryKinds {
+		objs, err := p.listOurs(ctx, c, k, sel)
+		if err != nil {
+			return nil, err
+		}
+		for _, obj := range objs {
+			out = append(out, provider.Secondary{
+				ID:         secondaryID(k.kind, obj.GetNamespace(), obj.GetName(), obj.GetUID()),
+				Kind:       k.kind,
+				Marks:      provider.MarksFromLabels(obj.GetLabels()),
+				Instance:   obj.GetName(),
+				InstanceID: instanceID(obj.GetNamespace(), obj.GetName()),
+				CreatedAt:  obj.GetCreationTimestamp().UTC(),
+			})
+		}
+	}
+	return out, nil
+}
+
+// ListOwnedSecondaries is ListSecondary for the objects whose UID mark is
+// uid, one LIST of each kind with the owner in the selector, sorted by ID;
+// InstanceGone is left false, as provider.OwnerLister allows, which saves
+// the Pods' listing.
+func (p *Provider) ListOwnedSecondaries(ctx context.Context, uid string) ([]provider.Secondary, error) {
+	c, err := p.begin(ctx, provider.OpListOwnedSecondaries)
+	if err != nil {
+		return nil, err
+	}
+	sel, err := p.ownerSelector(uid)
+	if err != nil {
+		return nil, err
+	}
+	out, err := p.listSecondaries(ctx, c, sel)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }
 

@@ -122,3 +122,21 @@ func (c *countedSecondary) DeleteSecondary(ctx context.Context, id string) error
 	defer c.calls.exit()
 	return c.inner.DeleteSecondary(ctx, id)
 }
+
+// countedOwner counts each owner listing in flight.
+type countedOwner struct {
+	inner provider.OwnerLister
+	calls *inflight
+}
+
+func (c *countedOwner) ListOwnedInstances(ctx context.Context, uid string) ([]provider.Instance, error) {
+	c.calls.enter()
+	defer c.calls.exit()
+	return c.inner.ListOwnedInstances(ctx, uid)
+}
+
+func (c *countedOwner) ListOwnedSecondaries(ctx context.Context, uid string) ([]provider.Secondary, error) {
+	c.calls.enter()
+	defer c.calls.exit()
+	return c.inner.ListOwnedSecondaries(ctx, uid)
+}

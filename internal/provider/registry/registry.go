@@ -78,6 +78,9 @@ type Entry struct {
 	// (provider.SecondaryLister); the garbage collector lists and deletes
 	// them through it.
 	Secondary provider.SecondaryLister
+	// Owned is nil when the provider cannot list one Proxy's objects by
+	// its UID (provider.OwnerLister); a Proxy's deletion pass uses it.
+	Owned provider.OwnerLister
 	// PollInterval comes from the type.
 	PollInterval time.Duration
 	// Revision changes whenever the entry is rebuilt with other settings,
@@ -279,6 +282,9 @@ func (r *Registry) build(name, typ string, settings any) (*Entry, error) {
 	}
 	if s, ok := bounded.(provider.SecondaryLister); ok {
 		e.Secondary = &countedSecondary{inner: s, calls: e.calls}
+	}
+	if o, ok := p.(provider.OwnerLister); ok {
+		e.Owned = &countedOwner{inner: provider.WithOwnerBoundary(name, typ, o), calls: e.calls}
 	}
 	for _, d := range r.decorators {
 		d(e)
