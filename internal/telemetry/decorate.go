@@ -41,6 +41,9 @@ const (
 	// The SecondaryLister's calls.
 	SpanListSecondary   = "provider.list_secondary"
 	SpanDeleteSecondary = "provider.delete_secondary"
+	// The OwnerLister's calls.
+	SpanListOwnedInstances   = "provider.list_owned_instances"
+	SpanListOwnedSecondaries = "provider.list_owned_secondaries"
 )
 
 // proxyKey carries the Proxy a provider call is made for.
@@ -55,14 +58,24 @@ func WithProxy(ctx context.Context, namespace, name, uid string) context.Context
 	return context.WithValue(ctx, proxyKey{}, proxyID{namespace, name, uid})
 }
 
+// withUID returns ctx naming a Proxy by uid unless ctx names one already.
+func withUID(ctx context.Context, uid string) context.Context {
+	p := proxyFrom(ctx)
+	if p.uid != "" {
+		return ctx
+	}
+	p.uid = uid
+	return context.WithValue(ctx, proxyKey{}, p)
+}
+
 func proxyFrom(ctx context.Context) proxyID {
 	p, _ := ctx.Value(proxyKey{}).(proxyID)
 	return p
 }
 
 // Decorate returns the registry decorator that gives every call of an
-// entry's Provider, Checker and Secondary one span (a child of the span in ctx, with
-// the span's IDs in ctx's logger) and one count and duration sample in
+// entry's Provider, Checker, Secondary and Owned one span (a child of the
+// span in ctx, with the span's IDs in ctx's logger) and one count and duration sample in
 // ProviderCalls and ProviderCallDuration. With a no-op tp (tracing off)
 // only the metrics are recorded.
 //
@@ -82,6 +95,9 @@ func Decorate(tp trace.TracerProvider) registry.Decorator {
 		}
 		if e.Secondary != nil {
 			e.Secondary = &tracedSecondary{inner: e.Secondary, m: m}
+		}
+		if e.Owned != nil {
+			e.Owned = &tracedOwner{inner: e.Owned, m: m}
 		}
 	}
 }
@@ -261,4 +277,31 @@ func (s *tracedSecondary) DeleteSecondary(ctx context.Context, id string) error 
 	err := s.inner.DeleteSecondary(ctx, id)
 	s.m.endErr(c, err)
 	return err
+}
+
+// tracedOwner is an OwnerLister with a span and metrics around each call;
+// its spans carry the Proxy's UID, which is the call's argument.
+type tracedOwner struct {
+	inner provider.OwnerLister
+	m     *meter
+}
+
+func (o *tracedOwner) ListOwnedInstances(ctx context.Context, uid string) ([]provider.Instance, error) {
+	ctx, c := o.m.begin(withUID(ctx, uid), provider.OpListOwnedInstances, SpanListOwnedInstances, "", nil)
+	out, err := o.inner.ListOwnedInstances(ctx, uid)
+	if c.span != nil && err == nil {
+		c.span.SetAttributes(AttrInstanceCount.Int(len(out)))
+	}
+	o.m.endErr(c, err)
+	return out, err
+}
+
+func (o *tracedOwner) ListOwnedSecondaries(ctx context.Context, uid string) ([]provider.Secondary, error) {
+	ctx, c := o.m.begin(withUID(ctx, uid), provider.OpListOwnedSecondaries, SpanListOwnedSecondaries, "", nil)
+	out, err := o.inner.ListOwnedSecondaries(ctx, uid)
+	if c.span != nil && err == nil {
+		c.span.SetAttributes(AttrSecondaryCount.Int(len(out)))
+	}
+	o.m.endErr(c, err)
+	return out, err
 }
