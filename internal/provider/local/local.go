@@ -84,9 +84,10 @@ type instance struct {
 }
 
 var (
-	_ provider.Provider = (*Provider)(nil)
-	_ provider.Checker  = (*Provider)(nil)
-	_ io.Closer         = (*Provider)(nil)
+	_ provider.Provider    = (*Provider)(nil)
+	_ provider.Checker     = (*Provider)(nil)
+	_ provider.OwnerLister = (*Provider)(nil)
+	_ io.Closer            = (*Provider)(nil)
 )
 
 // New builds a provider named name (the configured name, used in every error
