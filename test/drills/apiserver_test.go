@@ -95,8 +95,9 @@ func (c *churn) stop() {
 // instance per Proxy (no leak, no duplicate; the collector is off, so it
 // cannot hide a leak of the reconciler's).
 //
-//	DRILL_PROXIES=200 DRILL_APISERVER_DOWN=60s go test ./test/drills -run APIServer -v
+//	DRILLS=1 DRILL_PROXIES=200 DRILL_APISERVER_DOWN=60s go test ./test/drills -run APIServer -v
 func TestDrillAPIServerDown(t *testing.T) {
+	long(t)
 	n := envInt(t, "DRILL_PROXIES", 50)
 	down := envDuration(t, "DRILL_APISERVER_DOWN", 20*time.Second)
 
@@ -105,7 +106,7 @@ func TestDrillAPIServerDown(t *testing.T) {
 	f.opts.GCInterval, f.opts.GCGrace = time.Hour, 2*time.Hour
 	op := f.start()
 	f.createProxies("px", n)
-	testenv.EventuallyNilWithin(t, 10*time.Minute, "every Proxy Ready", func() error { return f.allReady(n) })
+	waitWithin(t, 10*time.Minute, "every Proxy Ready", func() error { return f.allReady(n) })
 
 	load := startChurn(f, 200*time.Millisecond, 5)
 	testenv.Eventually(t, "the churn under way", func() bool { return load.deleted.Load() >= 5 })
@@ -140,7 +141,7 @@ func TestDrillAPIServerDown(t *testing.T) {
 	load.mu.Lock()
 	live := n + len(load.live)
 	load.mu.Unlock()
-	testenv.EventuallyNilWithin(t, 10*time.Minute, "every Proxy Ready, none left deleting, one instance each", func() error {
+	waitWithin(t, 10*time.Minute, "every Proxy Ready, none left deleting, one instance each", func() error {
 		if err := f.allReady(live); err != nil {
 			return err
 		}
@@ -165,5 +166,5 @@ func TestDrillAPIServerDown(t *testing.T) {
 		t.Error("no API call was refused while the API server was stopped: the drill did not stop it")
 	}
 	f.deleteAll()
-	testenv.EventuallyNilWithin(t, 10*time.Minute, "every Proxy and instance gone", f.allGone)
+	waitWithin(t, 10*time.Minute, "every Proxy and instance gone", f.allGone)
 }

@@ -14,8 +14,9 @@ import (
 // deleted and nothing is left on the backend. Figures: the time to all
 // Ready and to all gone, the calls made per Proxy in each phase.
 //
-//	DRILL_PROXIES=200 DRILL_SEED=1 go test ./test/drills -run Chaos -v
+//	DRILLS=1 DRILL_PROXIES=200 DRILL_SEED=1 go test ./test/drills -run Chaos -v
 func TestDrillChaos(t *testing.T) {
+	long(t)
 	n := envInt(t, "DRILL_PROXIES", 50)
 	seed := envInt(t, "DRILL_SEED", 1)
 	const rate, maxDelay = 0.3, 2 * time.Second
@@ -32,7 +33,7 @@ func TestDrillChaos(t *testing.T) {
 	before := callsOf(p)
 	start := time.Now()
 	f.createProxies("px", n)
-	testenv.EventuallyNilWithin(t, 45*time.Minute, "every Proxy Ready under chaos", func() error { return f.allReady(n) })
+	waitWithin(t, 45*time.Minute, "every Proxy Ready under chaos", func() error { return f.allReady(n) })
 	toReady := time.Since(start)
 	// Ready is written once the instance runs; the backend must hold one
 	// per Proxy, the recorded one, whatever the failures in between.
@@ -43,7 +44,7 @@ func TestDrillChaos(t *testing.T) {
 	before = callsOf(p)
 	start = time.Now()
 	f.deleteAll()
-	testenv.EventuallyNilWithin(t, 45*time.Minute, "every Proxy and instance gone under chaos", f.allGone)
+	waitWithin(t, 45*time.Minute, "every Proxy and instance gone under chaos", f.allGone)
 	toGone := time.Since(start)
 	deleted := callsOf(p).minus(before)
 

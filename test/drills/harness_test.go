@@ -65,6 +65,18 @@ func TestMain(m *testing.M) {
 
 // --- sizes: quick by default, full under `make drills` ---
 
+// longDrillsEnv enables the drills that take minutes; `make drills` sets
+// it. The delete-during-create sweep takes seconds and always runs.
+const longDrillsEnv = "DRILLS"
+
+// long skips a drill that takes minutes unless DRILLS=1.
+func long(t *testing.T) {
+	t.Helper()
+	if os.Getenv(longDrillsEnv) != "1" {
+		t.Skip("a drill of minutes: `make drills` runs it (or DRILLS=1 go test ./test/drills)")
+	}
+}
+
 func envInt(t *testing.T, name string, def int) int {
 	t.Helper()
 	v := os.Getenv(name)
@@ -98,6 +110,21 @@ func figure(t *testing.T, key string, value any) {
 		value = d.Round(10 * time.Millisecond)
 	}
 	t.Logf("%s: %v", key, value)
+}
+
+// waitWithin is testenv.EventuallyNilWithin with a progress line every
+// 30 s saying what is still missing, for the waits of minutes.
+func waitWithin(t *testing.T, bound time.Duration, what string, cond func() error) {
+	t.Helper()
+	last := time.Now()
+	testenv.EventuallyNilWithin(t, bound, what, func() error {
+		err := cond()
+		if err != nil && time.Since(last) >= 30*time.Second {
+			t.Logf("progress: %s: %v", what, err)
+			last = time.Now()
+		}
+		return err
+	})
 }
 
 // --- the operator under drill ---

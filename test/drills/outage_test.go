@@ -29,8 +29,9 @@ var unreachable = provider.Errorf(provider.ErrTransient, "dial tcp 127.0.0.1:800
 // everything converges: the new Proxies Ready, the deleted ones gone with
 // their instances, the others on the very instances they had.
 //
-//	DRILL_PROXIES=200 DRILL_OUTAGE=5m go test ./test/drills -run Outage -v
+//	DRILLS=1 DRILL_PROXIES=200 DRILL_OUTAGE=5m go test ./test/drills -run Outage -v
 func TestDrillBackendOutage(t *testing.T) {
+	long(t)
 	n := envInt(t, "DRILL_PROXIES", 50)
 	outage := envDuration(t, "DRILL_OUTAGE", 30*time.Second)
 	const extra, removed = 10, 5
@@ -43,7 +44,7 @@ func TestDrillBackendOutage(t *testing.T) {
 	p := f.provider()
 
 	serving := f.createProxies("px", n)
-	testenv.EventuallyNilWithin(t, 10*time.Minute, "every Proxy Ready", func() error { return f.allReady(n) })
+	waitWithin(t, 10*time.Minute, "every Proxy Ready", func() error { return f.allReady(n) })
 	testenv.EventuallyNil(t, "one instance per Proxy", f.accounted)
 	instancesBefore := f.instances()
 	idsBefore := map[string]string{}
@@ -118,7 +119,7 @@ func TestDrillBackendOutage(t *testing.T) {
 	// The backend comes back.
 	p.Reset()
 	back := time.Now()
-	testenv.EventuallyNilWithin(t, 10*time.Minute, "every Proxy Ready and the deleted ones gone after the outage", func() error {
+	waitWithin(t, 10*time.Minute, "every Proxy Ready and the deleted ones gone after the outage", func() error {
 		if err := f.allReady(n - removed + extra); err != nil {
 			return err
 		}

@@ -107,8 +107,9 @@ func (s *callSampler) perMinute() []int {
 // minute, N·(1+⌊log2(W/1min+1)⌋) in all); once the quota returns every
 // Proxy converges, at its next backoff retry at the latest.
 //
-//	DRILL_PROXIES=200 DRILL_QUOTA_WINDOW=2m go test ./test/drills -run Quota -v
+//	DRILLS=1 DRILL_PROXIES=200 DRILL_QUOTA_WINDOW=2m go test ./test/drills -run Quota -v
 func TestDrillQuota(t *testing.T) {
+	long(t)
 	n := envInt(t, "DRILL_PROXIES", 50)
 	window := envDuration(t, "DRILL_QUOTA_WINDOW", 2*time.Minute)
 
@@ -153,11 +154,11 @@ func TestDrillQuota(t *testing.T) {
 	}
 
 	// The next retry of each Proxy is at most its last backoff away.
-	testenv.EventuallyNilWithin(t, 31*time.Minute, "every Proxy Ready once the quota returned", func() error { return f.allReady(n) })
+	waitWithin(t, 31*time.Minute, "every Proxy Ready once the quota returned", func() error { return f.allReady(n) })
 	figure(t, "quota.time_to_all_ready_after_quota_returned", time.Since(lifted))
 	testenv.EventuallyNil(t, "one instance per Proxy", f.accounted)
 	f.deleteAll()
-	testenv.EventuallyNilWithin(t, 10*time.Minute, "every Proxy and instance gone", f.allGone)
+	waitWithin(t, 10*time.Minute, "every Proxy and instance gone", f.allGone)
 }
 
 // transientCallsIn is how many calls the Transient backoff (2 s doubling
