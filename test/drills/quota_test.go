@@ -19,7 +19,9 @@ import (
 // succeeds. A Proxy whose every Create is refused for quota is therefore
 // tried at 0, 1, 3, 7, 15, 31 minutes...: never twice within a minute, and
 // 1+⌊log2(W/1min + 1)⌋ times in a window of W. For N Proxies the backend
-// sees at most N calls in any minute and N·(1+⌊log2(W/1min+1)⌋) in W.
+// sees at most N calls for Proxies in any minute and N·(1+⌊log2(W/1min+1)⌋)
+// in W; besides them only the collector's listings (one per pass) and the
+// health checks (one per interval), which do not grow with N.
 const quotaBackoffBase = time.Minute
 
 // quotaCallsBound is the most calls one Proxy makes in a window of w.
@@ -27,8 +29,15 @@ func quotaCallsBound(w time.Duration) int {
 	return 1 + int(math.Floor(math.Log2(float64(w)/float64(quotaBackoffBase)+1)))
 }
 
-// callSampler records the provider's data calls every tick, so a drill can
-// read the calls made in any window between two samples.
+// proxyCalls are the calls made for Proxies (Create, Get, Delete); the
+// listings are the collector's, one per pass per provider, and Check the
+// health loop's, one per interval, whatever the number of Proxies.
+func proxyCalls(c calls) int {
+	return c[provider.OpCreate] + c[provider.OpGet] + c[provider.OpDelete]
+}
+
+// callSampler records the provider's Proxy calls every tick, so a drill
+// can read the calls made in any window between two samples.
 type callSampler struct {
 	mu      sync.Mutex
 	at      []time.Time
@@ -43,7 +52,7 @@ func sampleCalls(p *fake.Provider, every time.Duration) *callSampler {
 	record := func() {
 		s.mu.Lock()
 		s.at = append(s.at, time.Now())
-		s.counts = append(s.counts, callsOf(p).data())
+		s.counts = append(s.counts, proxyCalls(callsOf(p)))
 		s.mu.Unlock()
 	}
 	record()
@@ -136,21 +145,26 @@ func TestDrillQuota(t *testing.T) {
 
 	perProxy := quotaCallsBound(window)
 	bound, minuteBound := n*perProxy, n
+	listBound := int(window/f.opts.GCInterval) + 2
 	busiest := sampler.maxInWindow(time.Minute)
 	figure(t, "quota.proxies", n)
 	figure(t, "quota.window", window)
 	figure(t, "quota.backoff", "1m doubling to 30m per Proxy (internal/controller/proxy_controller.go)")
 	figure(t, "quota.calls_during_window", during)
-	figure(t, "quota.calls_per_proxy_during_window", fmt.Sprintf("%.2f (bound %d)", float64(during.data())/float64(n), perProxy))
-	figure(t, "quota.calls_bound_window", bound)
-	figure(t, "quota.calls_per_minute", strings.Trim(fmt.Sprint(sampler.perMinute()), "[]"))
-	figure(t, "quota.calls_busiest_minute", fmt.Sprintf("%d (bound %d)", busiest, minuteBound))
+	figure(t, "quota.proxy_calls_during_window", fmt.Sprintf("%d (bound N*(1+floor(log2(W/1m+1))) = %d)", proxyCalls(during), bound))
+	figure(t, "quota.proxy_calls_per_proxy", fmt.Sprintf("%.2f (bound %d)", float64(proxyCalls(during))/float64(n), perProxy))
+	figure(t, "quota.proxy_calls_per_minute", strings.Trim(fmt.Sprint(sampler.perMinute()), "[]"))
+	figure(t, "quota.proxy_calls_busiest_minute", fmt.Sprintf("%d (bound N = %d)", busiest, minuteBound))
+	figure(t, "quota.gc_listings_during_window", fmt.Sprintf("%d (one per GC pass, every %s: bound %d)", during[provider.OpList], f.opts.GCInterval, listBound))
 	figure(t, "quota.transient_backoff_would_allow_per_proxy", transientCallsIn(window))
-	if during.data() > bound {
-		t.Errorf("%d backend calls in %s under %d Proxies out of quota; the quota backoff allows at most %d", during.data(), window, n, bound)
+	if got := proxyCalls(during); got > bound {
+		t.Errorf("%d backend calls for %d Proxies out of quota in %s; the quota backoff allows at most %d", got, n, window, bound)
 	}
 	if busiest > minuteBound {
-		t.Errorf("%d backend calls within one minute under %d Proxies out of quota; the quota backoff allows at most %d", busiest, n, minuteBound)
+		t.Errorf("%d backend calls within one minute for %d Proxies out of quota; the quota backoff allows at most %d", busiest, n, minuteBound)
+	}
+	if got := during[provider.OpList]; got > listBound {
+		t.Errorf("%d listings in %s; the collector lists once per pass, at most %d", got, window, listBound)
 	}
 
 	// The next retry of each Proxy is at most its last backoff away.
