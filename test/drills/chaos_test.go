@@ -14,6 +14,12 @@ import (
 // deleted and nothing is left on the backend. Figures: the time to all
 // Ready and to all gone, the calls made per Proxy in each phase.
 //
+// The delete phase has a long tail: a deletion pass needs three calls to
+// succeed (the shared listing, Delete, the confirming Get: 0.7³ = 0.34),
+// and each failed pass doubles the Proxy's Transient backoff (2 s to 5
+// min), so the slowest of 200 Proxies needs about 35 minutes (median of a
+// simulation of the backoff; 60 at p90). The bound allows for it.
+//
 //	DRILLS=1 DRILL_PROXIES=200 DRILL_SEED=1 go test ./test/drills -run Chaos -v
 func TestDrillChaos(t *testing.T) {
 	long(t)
@@ -39,22 +45,23 @@ func TestDrillChaos(t *testing.T) {
 	// per Proxy, the recorded one, whatever the failures in between.
 	testenv.EventuallyNil(t, "one instance per Proxy", f.accounted)
 	created := callsOf(p).minus(before)
-	createFailed := p.ChaosFailures(provider.OpCreate) + p.ChaosFailures(provider.OpGet)
+	// The create phase's figures come now, so a delete that fails still
+	// reports them.
+	figure(t, "chaos.time_to_all_ready", toReady)
+	figure(t, "chaos.create_phase_calls", created)
+	figure(t, "chaos.create_phase_calls_per_proxy", created.perProxy(n))
+	figure(t, "chaos.failed_calls_create_phase", p.ChaosFailures(provider.OpCreate)+p.ChaosFailures(provider.OpGet)+p.ChaosFailures(provider.OpList))
 
 	before = callsOf(p)
 	start = time.Now()
 	f.deleteAll()
-	waitWithin(t, 45*time.Minute, "every Proxy and instance gone under chaos", f.allGone)
+	waitWithin(t, 60*time.Minute, "every Proxy and instance gone under chaos", f.allGone)
 	toGone := time.Since(start)
 	deleted := callsOf(p).minus(before)
 
-	figure(t, "chaos.time_to_all_ready", toReady)
 	figure(t, "chaos.time_to_all_gone", toGone)
-	figure(t, "chaos.create_phase_calls", created)
-	figure(t, "chaos.create_phase_calls_per_proxy", created.perProxy(n))
 	figure(t, "chaos.delete_phase_calls", deleted)
 	figure(t, "chaos.delete_phase_calls_per_proxy", deleted.perProxy(n))
-	figure(t, "chaos.failed_calls_create_phase", createFailed)
 	total := 0
 	for _, op := range dataOps {
 		total += p.ChaosFailures(op)
