@@ -227,7 +227,7 @@ DRILL_RUN ?= .
 drills: envtest-assets ## Fault drills: chaos, quota, backend outage, API server down, delete during create; `key: value` figures (DRILL_PROXIES=200 DRILL_OUTAGE=5m DRILL_APISERVER_DOWN=60s DRILL_QUOTA_WINDOW=2m DRILL_SEED=1 DRILL_RUN=.; docs/testing.md).
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" DRILLS=1 DRILL_PROXIES=$(DRILL_PROXIES) DRILL_OUTAGE=$(DRILL_OUTAGE) \
 		DRILL_APISERVER_DOWN=$(DRILL_APISERVER_DOWN) DRILL_QUOTA_WINDOW=$(DRILL_QUOTA_WINDOW) DRILL_SEED=$(DRILL_SEED) \
-		$(GO) test ./test/drills -run '$(DRILL_RUN)' -v -count=1 -timeout 120m
+		$(GO) test ./test/drills -run '$(DRILL_RUN)' -v -count=1 -timeout 150m
 
 .PHONY: envtest-kubectl
 envtest-kubectl:
