@@ -4,6 +4,7 @@
 # make test   build what the tests need and run them all
 # make soak   the crash soak: SIGKILL the operator at random through Proxy cycles
 # make bench-fleet  the fleet benchmark: N Proxies against the API server's floor
+# make drills the fault drills: backend and API-server faults under a fleet
 
 SHELL := /usr/bin/env bash -o pipefail
 .SHELLFLAGS := -ec
@@ -213,6 +214,22 @@ BENCH_FLAGS ?=
 bench-fleet: build envtest-assets ## Fleet benchmark: the API server's floor and the operator on N Proxies per provider, `key: value` figures (N=1000 PROVIDERS=local,kubernetes BENCH_MANAGER_FLAGS=; docs/performance.md).
 	$(GO) build -o $(LOCALBIN)/benchfleet ./hack/benchfleet
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/benchfleet --manager $(LOCALBIN)/manager $(BENCH_FLAGS)
+
+# The fault drills (test/drills): the operator as assembled, the fake
+# provider, a real kube-apiserver and etcd; full size here, a quick size
+# under plain go test. DRILL_RUN=Quota runs one.
+DRILL_PROXIES ?= 200
+DRILL_OUTAGE ?= 5m
+DRILL_APISERVER_DOWN ?= 60s
+DRILL_QUOTA_WINDOW ?= 2m
+DRILL_SEED ?= 1
+DRILL_RUN ?= .
+
+.PHONY: drills
+drills: envtest-assets ## Fault drills: chaos, quota, backend outage, API server down, delete during create; `key: value` figures (DRILL_PROXIES=200 DRILL_OUTAGE=5m DRILL_APISERVER_DOWN=60s DRILL_QUOTA_WINDOW=2m DRILL_SEED=1 DRILL_RUN=.; docs/testing.md).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" DRILLS=1 DRILL_PROXIES=$(DRILL_PROXIES) DRILL_OUTAGE=$(DRILL_OUTAGE) \
+		DRILL_APISERVER_DOWN=$(DRILL_APISERVER_DOWN) DRILL_QUOTA_WINDOW=$(DRILL_QUOTA_WINDOW) DRILL_SEED=$(DRILL_SEED) \
+		$(GO) test ./test/drills -run '$(DRILL_RUN)' -v -count=1 -timeout 150m
 
 .PHONY: envtest-kubectl
 envtest-kubectl:

@@ -50,7 +50,8 @@ type Provider struct {
 	createRequests   []provider.CreateRequest
 	secondary        secondaryRecords
 
-	slow slowMode // HoldCreate, Crash: slow.go
+	slow  slowMode  // HoldCreate, Crash: slow.go
+	chaos chaosMode // SetChaos: chaos.go
 }
 
 var (
@@ -205,6 +206,7 @@ func (p *Provider) CreateRequests() []provider.CreateRequest {
 // backend's instances stay: they are the world, not the provider's script.
 func (p *Provider) Reset() {
 	p.releaseHolds()
+	p.chaos.reset()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, g := range p.gates {

@@ -15,7 +15,8 @@ import (
 
 // enter is every call's prologue, in the order a real provider meets
 // trouble: it is counted, it may hang in the backend (Block) until released
-// or ctx ends, an ended ctx is Transient, then a scripted failure.
+// or ctx ends, an ended ctx is Transient, then chaos (SetChaos: its delay
+// and failure), then a scripted failure.
 func (p *Provider) enter(ctx context.Context, op string) error {
 	p.mu.Lock()
 	p.calls[op]++
@@ -31,6 +32,9 @@ func (p *Provider) enter(ctx context.Context, op string) error {
 		}
 	}
 	if err := provider.CtxErr(ctx, p.name, op); err != nil {
+		return err
+	}
+	if err := p.applyChaos(ctx, op); err != nil {
 		return err
 	}
 	return p.scripted(op)
