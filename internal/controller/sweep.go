@@ -20,7 +20,6 @@ import (
 // instance the listing could miss would have to be newer). Rounds of one
 // provider entry run one after another; a wave then lists about once per
 // listing's duration.
-
 //
 // A provider that lists one Proxy's objects by its UID
 // (provider.OwnerLister) is asked that instead, per pass: each listing is
