@@ -70,6 +70,7 @@ type ProxyReconciler struct {
 
 	transientBackoff workqueue.TypedRateLimiter[types.NamespacedName]
 	quotaBackoff     workqueue.TypedRateLimiter[types.NamespacedName]
+	deleteBackoff    workqueue.TypedRateLimiter[types.NamespacedName]
 	progress         progressThrottle
 	// sweeps shares the deletion passes' provider listings (sweep.go).
 	sweeps sweepLists
@@ -84,6 +85,9 @@ const (
 	DefaultCallTimeout   = time.Minute
 	DefaultRunningResync = 2 * time.Minute
 	DefaultProgressEvery = 10 * time.Second
+	// DeleteBackoffCap bounds the wait between two deletion passes of one
+	// Proxy after Transient failures.
+	DeleteBackoffCap = 30 * time.Second
 )
 
 func (r *ProxyReconciler) init() {
@@ -103,6 +107,15 @@ func (r *ProxyReconciler) init() {
 		// Quota rarely frees up within seconds; hammering the backend at a
 		// quota limit is what users of other operators complain about.
 		r.quotaBackoff = workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](time.Minute, 30*time.Minute)
+	}
+	if r.deleteBackoff == nil {
+		// A deletion pass succeeds only if all of its calls do (a listing,
+		// Delete, the confirming Get), so under a flaky backend most
+		// passes fail, and with the create path's 5-minute cap the
+		// slowest of 200 deletions took 35 to 60 minutes (make drills,
+		// chaos). Someone waits on a deletion (a namespace, a rollout);
+		// 30 s keeps one Proxy to two passes a minute.
+		r.deleteBackoff = workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](2*time.Second, DeleteBackoffCap)
 	}
 }
 
@@ -589,6 +602,7 @@ func (r *ProxyReconciler) writeStatus(ctx context.Context, before, px *egressv1.
 func (r *ProxyReconciler) forget(k types.NamespacedName) {
 	r.transientBackoff.Forget(k)
 	r.quotaBackoff.Forget(k)
+	r.deleteBackoff.Forget(k)
 	r.progress.forget(k)
 }
 

@@ -185,8 +185,9 @@ func (r *ProxyReconciler) failedDelete(ctx context.Context, px *egressv1.Proxy, 
 		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonQuotaExceeded, msg)
 		return ctrl.Result{RequeueAfter: r.quotaBackoff.When(key(px))}
 	default:
-		log.Info("transient failure deleting the instance; backing off", "error", err.Error())
+		wait := r.deleteBackoff.When(key(px))
+		log.Info("transient failure deleting the instance; backing off", "error", err.Error(), "retryIn", wait)
 		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonBackendError, msg)
-		return ctrl.Result{RequeueAfter: r.transientBackoff.When(key(px))}
+		return ctrl.Result{RequeueAfter: wait}
 	}
 }

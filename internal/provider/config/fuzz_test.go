@@ -2,14 +2,13 @@ package config
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf16"
 	"unicode/utf8"
 
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -24,7 +23,9 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		es, err := Parse(data, types)
 		if err != nil {
-			checkFieldErrors(t, err, "")
+			if why := testenv.FieldPathed(err, "", fileErrors...); why != "" {
+				t.Fatal(why)
+			}
 			return
 		}
 		again, err := Parse(render(t, es), types)
@@ -70,27 +71,6 @@ func FuzzStrict(f *testing.F) {
 			t.Fatalf("round trip: %s, want %s", again, out)
 		}
 	})
-}
-
-// checkFieldErrors fails unless err is one whole-file error or an aggregate
-// of field errors, each with a path under prefix.
-func checkFieldErrors(t *testing.T, err error, prefix string) {
-	t.Helper()
-	for _, w := range fileErrors {
-		if strings.HasPrefix(err.Error(), w) {
-			return
-		}
-	}
-	var agg utilerrors.Aggregate
-	if !errors.As(err, &agg) || len(agg.Errors()) == 0 {
-		t.Fatalf("error %q (%T) is neither about the file nor a list of field errors", err, err)
-	}
-	for _, e := range agg.Errors() {
-		var fe *field.Error
-		if !errors.As(e, &fe) || fe.Field == "" || !strings.HasPrefix(fe.Field, prefix) {
-			t.Fatalf("error %q names no field path under %q", e, prefix)
-		}
-	}
 }
 
 // render writes entries back as a providers file, in JSON (which is YAML)

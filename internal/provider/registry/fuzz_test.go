@@ -2,16 +2,13 @@ package registry
 
 import (
 	"encoding/json"
-	"errors"
 	"reflect"
 	"strings"
 	"testing"
 
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/apimachinery/pkg/util/validation/field"
-
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 // FuzzProvidersConfig feeds arbitrary bytes through the operator's own
@@ -26,7 +23,9 @@ func FuzzProvidersConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		entries, err := parseAndValidate(r, data)
 		if err != nil {
-			checkPathed(t, err)
+			if why := testenv.FieldPathed(err, "", "not valid YAML: ", "the file must be a mapping"); why != "" {
+				t.Fatal(why)
+			}
 		}
 		top, err := config.Parse(data, r.TypeNames())
 		if err != nil {
@@ -61,25 +60,4 @@ func FuzzProvidersConfig(f *testing.F) {
 			}
 		}
 	})
-}
-
-// checkPathed fails unless err is a whole-file error or a list of field
-// errors, each with a path, and every error inside a type's block names a
-// path under providers[i].<type>.
-func checkPathed(t *testing.T, err error) {
-	t.Helper()
-	msg := err.Error()
-	if strings.HasPrefix(msg, "not valid YAML: ") || strings.HasPrefix(msg, "the file must be a mapping") {
-		return
-	}
-	var agg utilerrors.Aggregate
-	if !errors.As(err, &agg) || len(agg.Errors()) == 0 {
-		t.Fatalf("error %q (%T) is neither about the file nor a list of field errors", err, err)
-	}
-	for _, e := range agg.Errors() {
-		var fe *field.Error
-		if !errors.As(e, &fe) || fe.Field == "" {
-			t.Fatalf("error %q names no field path", e)
-		}
-	}
 }
