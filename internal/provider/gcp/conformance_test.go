@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -54,8 +53,7 @@ type fakeBackend struct {
 
 	holds providertest.StepHolds // the insert is the held request
 
-	mu sync.Mutex
-	p  *Provider
+	latest providertest.Restartable[*Provider]
 }
 
 var (
@@ -75,20 +73,13 @@ func (b *fakeBackend) newProvider(t *testing.T) *Provider {
 	p.wireSeam = b.transport
 	p.onStepStarted = b.holds.StepStarted
 	t.Cleanup(func() { _ = p.Close() })
-	b.mu.Lock()
-	b.p = p
-	b.mu.Unlock()
-	return p
+	return b.latest.Built(p)
 }
 
 // Restart stops the provider as a killed process stops (its steps end
 // where they are) and returns a fresh one over the same fake.
 func (b *fakeBackend) Restart(t *testing.T) provider.Provider {
-	b.mu.Lock()
-	old := b.p
-	b.mu.Unlock()
-	_ = old.Close()
-	return b.newProvider(t)
+	return b.latest.Restart(t, b.newProvider)
 }
 
 func (b *fakeBackend) HoldCreate(t *testing.T, name string) providertest.Hold {
@@ -189,9 +180,7 @@ func (b *fakeBackend) FailNext(t *testing.T, op string, class error) {
 // would do.
 func (b *fakeBackend) settle(t *testing.T, name string) {
 	t.Helper()
-	b.mu.Lock()
-	p := b.p
-	b.mu.Unlock()
+	p := b.latest.Current()
 	testenv.EventuallyNil(t, "the provider's create steps ending", func() error {
 		b.env.Fake.Settle()
 		for n := range p.creating.Snapshot() {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,8 +47,7 @@ type fakeBackend struct {
 
 	holds providertest.StepHolds // the seed upload is the held request
 
-	mu sync.Mutex
-	p  *Provider
+	latest providertest.Restartable[*Provider]
 }
 
 func (b *fakeBackend) newProvider(t *testing.T) *Provider {
@@ -57,21 +55,14 @@ func (b *fakeBackend) newProvider(t *testing.T) *Provider {
 	p.window = 0 // every Get reads, so a queued fault meets it
 	p.setWire(b.wire)
 	p.onStepStarted = b.holds.StepStarted
-	b.mu.Lock()
-	b.p = p
-	b.mu.Unlock()
-	return p
+	return b.latest.Built(p)
 }
 
 // Restart stops the provider as a killed process stops (its steps end
 // where they are; the fake's tasks run on) and returns a fresh one over
 // the same fake.
 func (b *fakeBackend) Restart(t *testing.T) provider.Provider {
-	b.mu.Lock()
-	old := b.p
-	b.mu.Unlock()
-	_ = old.Close()
-	return b.newProvider(t)
+	return b.latest.Restart(t, b.newProvider)
 }
 
 func (b *fakeBackend) HoldCreate(t *testing.T, name string) providertest.Hold {
