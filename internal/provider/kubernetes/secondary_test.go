@@ -144,7 +144,7 @@ func TestSecondaryResourcesWithoutPod(t *testing.T) {
 		kinds []string
 		gone  bool
 	}{
-		{crashed, []string{"configmap", "networkpolicy"}, true},
+		{crashed, []string{"configmap", "networkpolicy", "service"}, true}, // all made before the Pod
 		{vanished, []string{"configmap", "networkpolicy", "service"}, true},
 		{live, []string{"configmap", "networkpolicy", "service"}, false},
 		{stripped, []string{"configmap", "networkpolicy", "service"}, false},
@@ -168,8 +168,8 @@ func TestSecondaryResourcesWithoutPod(t *testing.T) {
 	if got := secondariesOf(list, otherCrash.Name); len(got) != 0 {
 		t.Errorf("another installation's objects listed: %+v", got)
 	}
-	if len(list) != 11 {
-		t.Errorf("%d secondaries listed, want 11: %+v", len(list), list)
+	if len(list) != 12 {
+		t.Errorf("%d secondaries listed, want 12: %+v", len(list), list)
 	}
 	for _, s := range list {
 		if s.Kind == "pod" {
@@ -180,8 +180,8 @@ func TestSecondaryResourcesWithoutPod(t *testing.T) {
 	// The other installation's listing sees its own crash only, and its
 	// DeleteSecondary leaves ours alone.
 	otherList, err := other.(provider.SecondaryLister).ListSecondary(ctx)
-	if err != nil || len(otherList) != 2 {
-		t.Errorf("the other installation lists %+v, %v; want its crash's ConfigMap and NetworkPolicy", otherList, err)
+	if err != nil || len(otherList) != 3 {
+		t.Errorf("the other installation lists %+v, %v; want its crash's ConfigMap, NetworkPolicy and Service", otherList, err)
 	}
 	for _, s := range otherList {
 		if s.Instance != otherCrash.Name {
