@@ -527,7 +527,11 @@ func (b *bench) startManager(ctx context.Context, provider, cfgPath string) erro
 	if err != nil {
 		return err
 	}
-	m, err := childproc.Start(b.opts.manager, args, append(os.Environ(), "KUBECONFIG="+b.kubeconfig), log)
+	env := append(os.Environ(), "KUBECONFIG="+b.kubeconfig)
+	if b.opts.managerMemLimit != "" {
+		env = append(env, "GOMEMLIMIT="+b.opts.managerMemLimit)
+	}
+	m, err := childproc.Start(b.opts.manager, args, env, log)
 	if err != nil {
 		_ = log.Close()
 		return err
