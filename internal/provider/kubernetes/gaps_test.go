@@ -14,8 +14,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,8 +57,10 @@ func TestGap_ErrorProviderIsConfiguredName(t *testing.T) {
 func TestGap_CloudInitAndPlacementUsed(t *testing.T) {
 	ns := newNamespace(t, "placement", nil)
 	p := newAPIProvider(t, "inst", Config{MachineTypes: map[string]MachineType{"small": {CPU: "50m", Memory: "64Mi"}}}, nil)
-	var logs strings.Builder
-	ctx := logr.NewContext(context.Background(), funcr.New(func(pfx, args string) { logs.WriteString(pfx + " " + args + "\n") }, funcr.Options{Verbosity: 10}))
+	// LogLines, not a bare strings.Builder: a Create logs from several
+	// goroutines (its three objects are made at once).
+	var logs testenv.LogLines
+	ctx := logs.Context(10)
 	req := apiRequest(ns, "placed")
 	req.Placement = provider.Placement{Zone: "eu-1a", MachineType: "small"}
 	const sentinel = "CLOUD-INIT-SENTINEL-9f3a"
@@ -299,8 +299,8 @@ func TestGap_LoggingAndCheckerDetails(t *testing.T) {
 	e := apiEnv(t)
 	ns := newNamespace(t, "logging", nil)
 	p := newAPIProvider(t, "inst", Config{Namespace: ns}, nil)
-	var logs strings.Builder
-	ctx := logr.NewContext(context.Background(), funcr.New(func(pfx, args string) { logs.WriteString(pfx + " " + args + "\n") }, funcr.Options{Verbosity: 1}))
+	var logs testenv.LogLines
+	ctx := logs.Context(1)
 	bp := bounded(p)
 	if _, err := bp.Create(ctx, apiRequest("elsewhere", "logged")); err != nil {
 		t.Fatal(err)
