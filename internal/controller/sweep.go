@@ -59,6 +59,8 @@ type listRound[T any] struct {
 	done  chan struct{}
 	items []T
 	err   error
+	// joined counts the calls this round serves (tests wait on it).
+	joined int
 }
 
 // list returns a listing by fn that started after this call, shared with
@@ -71,6 +73,7 @@ func (l *listRounds[T]) list(ctx context.Context, timeout time.Duration, fn func
 		r = &listRound[T]{ctx: context.WithoutCancel(ctx), list: fn, done: make(chan struct{})}
 		l.next = r
 	}
+	r.joined++
 	if !l.running {
 		l.startLocked(timeout)
 	}

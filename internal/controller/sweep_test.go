@@ -154,11 +154,13 @@ func TestListRoundsNeverServeAnOlderListing(t *testing.T) {
 	first := call()
 	testenv.Eventually(t, "the first listing running", func() bool { return h.starts.Load() == 1 })
 	second, third := call(), call()
-	// Both have joined the next round before the first listing ends.
-	testenv.Eventually(t, "the next round waiting", func() bool {
+	// Both have joined the next round before the first listing ends (not
+	// just the first of them: a call joining after the release is served
+	// by a third round, rightly).
+	testenv.Eventually(t, "both calls waiting for the next round", func() bool {
 		rounds.mu.Lock()
 		defer rounds.mu.Unlock()
-		return rounds.next != nil
+		return rounds.next != nil && rounds.next.joined == 2
 	})
 	close(h.release)
 	for name, c := range map[string]chan result{"first": first, "second": second, "third": third} {
