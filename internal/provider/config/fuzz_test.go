@@ -8,8 +8,9 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 // fileErrors are the two errors about the whole file, which have no path.
