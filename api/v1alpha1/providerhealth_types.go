@@ -9,8 +9,8 @@ const ConditionHealthy = "Healthy"
 
 // ProviderHealthStatus is the outcome of the latest check of one provider.
 type ProviderHealthStatus struct {
-	// Type is the provider's type: local, kubernetes, gcp, kvm, kvm2 or
-	// proxmox.
+	// Type is the provider's type: its providers-config entry's `type`
+	// (docs/providers.md compares the shipped types).
 	// +optional
 	Type string `json:"type,omitempty"`
 	// Target names what was checked (listeners, apiserver, a project, hosts).

@@ -6,15 +6,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/profile"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 )
 
-// TestPageIsCurrent fails when docs/providers.md is not what the profiles
-// give (a profile changed without `make providers-doc`), as
+// TestPageIsCurrent fails when docs/providers.md is not what the
+// descriptors give (a profile changed without `make providers-doc`), as
 // `make verify-generated` does, and when a guide it links is missing.
 func TestPageIsCurrent(t *testing.T) {
-	want, err := render(registry.Profiles())
+	want, err := render(registry.Descriptors())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +25,7 @@ func TestPageIsCurrent(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Errorf("docs/providers.md is stale: run make providers-doc and commit it")
 	}
-	if err := checkGuides(registry.Profiles(), "../../docs"); err != nil {
+	if err := checkGuides(registry.Descriptors(), "../../docs"); err != nil {
 		t.Error(err)
 	}
 }
@@ -34,8 +34,8 @@ func TestPageIsCurrent(t *testing.T) {
 // a row per profile row, a cell per profile in every row, pipes escaped,
 // and an invalid profile refused.
 func TestRenderTable(t *testing.T) {
-	profiles := registry.Profiles()
-	page, err := render(profiles)
+	descriptors := registry.Descriptors()
+	page, err := render(descriptors)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +44,12 @@ func TestRenderTable(t *testing.T) {
 		!strings.Contains(text, "(provider-contract.md#3-profile-axes)") {
 		t.Errorf("the header does not say it is generated, how to regenerate and where the axes are defined")
 	}
-	if !strings.Contains(text, "| | `local` | `kubernetes` | `gcp` | `kvm`/`kvm2` | `proxmox` |\n") {
-		t.Errorf("the column header is not one column per provider type")
+	header := "| |"
+	for _, d := range descriptors {
+		header += " `" + strings.Join(d.TypeNames, "`/`") + "` |"
+	}
+	if !strings.Contains(text, header+"\n") {
+		t.Errorf("the column header is not one column per descriptor, its type names joined by /: want %s", header)
 	}
 	var table []string
 	for _, l := range strings.Split(text, "\n") {
@@ -53,28 +57,28 @@ func TestRenderTable(t *testing.T) {
 			table = append(table, l)
 		}
 	}
-	rows := profiles[0].Rows()
+	rows := descriptors[0].Profile.Rows()
 	if len(table) != 1+len(rows) {
 		t.Fatalf("%d table lines, want a header and %d rows", len(table), len(rows))
 	}
 	for i, l := range table[1:] {
 		// Every unescaped | is a cell border: one more than the columns.
-		if n := strings.Count(strings.ReplaceAll(l, `\|`, ""), "|"); n != len(profiles)+2 {
-			t.Errorf("row %s has %d borders, want %d: %s", rows[i].Name, n, len(profiles)+2, l)
+		if n := strings.Count(strings.ReplaceAll(l, `\|`, ""), "|"); n != len(descriptors)+2 {
+			t.Errorf("row %s has %d borders, want %d: %s", rows[i].Name, n, len(descriptors)+2, l)
 		}
 	}
 
-	if got := cell(provider.ProfileRow{Name: "port", Detail: "a | b"}); got != `a \| b` {
+	if got := cell(profile.Row{Name: "port", Detail: "a | b"}); got != `a \| b` {
 		t.Errorf("cell = %q, want the pipe escaped", got)
 	}
-	if got := cell(provider.ProfileRow{Name: "readiness", Values: []string{"immediate"}, Detail: "fast"}); got != "*immediate*: fast" {
+	if got := cell(profile.Row{Name: "readiness", Values: []string{"immediate"}, Detail: "fast"}); got != "*immediate*: fast" {
 		t.Errorf("axis cell = %q", got)
 	}
-	if got := cell(provider.ProfileRow{Name: "states", Values: []string{"Running", "Stopped"}}); got != "`Running`, `Stopped`" {
+	if got := cell(profile.Row{Name: "states", Values: []string{"Running", "Stopped"}}); got != "`Running`, `Stopped`" {
 		t.Errorf("states cell = %q", got)
 	}
-	broken := registry.Profiles()
-	broken[1].Port = ""
+	broken := registry.Descriptors()
+	broken[1].Profile.Port = ""
 	if _, err := render(broken); err == nil || !strings.Contains(err.Error(), "port: no text") {
 		t.Errorf("render of an invalid profile: %v, want the validation error", err)
 	}

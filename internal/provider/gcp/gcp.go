@@ -19,7 +19,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/keyedlock"
 )
 
-// Type is the provider type name (registry.DefaultTypes).
+// Type is the provider type name (its Descriptor).
 const Type = "gcp"
 
 // PollInterval is the pace at which the reconciler polls Get while an

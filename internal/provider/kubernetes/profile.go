@@ -1,44 +1,45 @@
 package kubernetes
 
-import "github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+import (
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/profile"
+)
 
 // Profile is the kubernetes provider's profile on the contract's axes and
 // the compared rows (docs/providers.md is generated from it: make
 // providers-doc).
-func Profile() provider.Profile {
-	return provider.Profile{
-		Types: []string{Type},
-
-		Readiness:          provider.Is(provider.ReadinessImmediate).Note("a Pod is scheduled and ready within seconds"),
-		CreateReturn:       provider.Is(provider.CreateReturnSubmit).Note("the ConfigMap, NetworkPolicy, Pod and Service are created; the Pod reads Provisioning until Ready"),
-		DeleteReturn:       provider.Is(provider.DeleteReturnReturnsEarly).Note("deletes are submitted; the reconciler polls Get until NotFound"),
-		IPSource:           provider.Is(provider.IPSourceAssignedAtCreate).Note("the Pod IP; the endpoint is the Service's name"),
-		GCMark:             provider.Is(provider.GCMarkNativeLabels),
-		CreatedAt:          provider.Is(provider.CreatedAtBackendTimestamp).Note("the Pod's creationTimestamp"),
-		ListPartial:        provider.Is(provider.ListPartialFailWhole).Note("one paged, label-selected list"),
-		Quota:              provider.Is(provider.QuotaDetected).Note("a ResourceQuota refusal"),
-		NotFound:           provider.Is(provider.NotFoundStatus404),
-		PrimaryKey:         provider.Is(provider.PrimaryKeyNameIsKey).Note("`<namespace>/<name>`, with a UID guard (`provider.CheckAdoption`); an adopted object whose UID label is empty gets it by a merge patch preconditioned on its resourceVersion"),
-		ProvisioningState:  provider.Is(provider.ProvisioningStateNative).Note("the Pod's phase and Ready condition"),
-		AsyncOps:           provider.Is(provider.AsyncOpsNone),
-		SecondaryResources: provider.Is(provider.SecondaryResourcesExplicit, provider.SecondaryResourcesCascade).Note("Service, ConfigMap and NetworkPolicy removed by name, UID-preconditioned, and listed by `ListSecondary` (IDs `<kind>/<namespace>/<name>/<object UID>`); plus an OwnerReference to the Proxy in its own namespace"),
-		Credentials:        provider.Is(provider.CredentialsWorkloadIdentity).Note("in-cluster config or kubeconfig via `ctrl.GetConfig()`, loaded on first use"),
-		ClientKind:         provider.Is(provider.ClientKindVendorSDK).Note("client-go typed clientset, its own rate limit (`clientQPS`, `clientBurst`)"),
-		Timeouts:           provider.Is(provider.TimeoutsCtxOnly),
-		Logging:            provider.Is(provider.LoggingTiered).Note("V(1) outcomes and one `kubernetes api call` line per request, V(2) the instance spec"),
-		ChildSpans:         provider.Is(provider.ChildSpansTransportWrapper).Note("`httpobserve` (otelhttp), parent-gated, `HTTP <METHOD>`"),
+func Profile() profile.Profile {
+	return profile.Profile{
+		Readiness:          profile.Is(profile.ReadinessImmediate).Note("a Pod is scheduled and ready within seconds"),
+		CreateReturn:       profile.Is(profile.CreateReturnSubmit).Note("the ConfigMap, NetworkPolicy, Pod and Service are created; the Pod reads Provisioning until Ready"),
+		DeleteReturn:       profile.Is(profile.DeleteReturnReturnsEarly).Note("deletes are submitted; the reconciler polls Get until NotFound"),
+		IPSource:           profile.Is(profile.IPSourceAssignedAtCreate).Note("the Pod IP; the endpoint is the Service's name"),
+		GCMark:             profile.Is(profile.GCMarkNativeLabels),
+		CreatedAt:          profile.Is(profile.CreatedAtBackendTimestamp).Note("the Pod's creationTimestamp"),
+		ListPartial:        profile.Is(profile.ListPartialFailWhole).Note("one paged, label-selected list"),
+		Quota:              profile.Is(profile.QuotaDetected).Note("a ResourceQuota refusal"),
+		NotFound:           profile.Is(profile.NotFoundStatus404),
+		PrimaryKey:         profile.Is(profile.PrimaryKeyNameIsKey).Note("`<namespace>/<name>`, with a UID guard (`provider.CheckAdoption`); an adopted object whose UID label is empty gets it by a merge patch preconditioned on its resourceVersion"),
+		ProvisioningState:  profile.Is(profile.ProvisioningStateNative).Note("the Pod's phase and Ready condition"),
+		AsyncOps:           profile.Is(profile.AsyncOpsNone),
+		SecondaryResources: profile.Is(profile.SecondaryResourcesExplicit, profile.SecondaryResourcesCascade).Note("Service, ConfigMap and NetworkPolicy removed by name, UID-preconditioned, and listed by `ListSecondary` (IDs `<kind>/<namespace>/<name>/<object UID>`); plus an OwnerReference to the Proxy in its own namespace"),
+		Credentials:        profile.Is(profile.CredentialsWorkloadIdentity).Note("in-cluster config or kubeconfig via `ctrl.GetConfig()`, loaded on first use"),
+		ClientKind:         profile.Is(profile.ClientKindVendorSDK).Note("client-go typed clientset, its own rate limit (`clientQPS`, `clientBurst`)"),
+		Timeouts:           profile.Is(profile.TimeoutsCtxOnly),
+		Logging:            profile.Is(profile.LoggingTiered).Note("V(1) outcomes and one `kubernetes api call` line per request, V(2) the instance spec"),
+		ChildSpans:         profile.Is(profile.ChildSpansTransportWrapper).Note("`httpobserve` (otelhttp), parent-gated, `HTTP <METHOD>`"),
 		BackendTest:        "envtest: a real kube-apiserver and etcd, the test writing Pod status",
 
-		Placement: provider.PlacementUse{
+		Placement: profile.PlacementUse{
 			Zone:        "a required node affinity on `topology.kubernetes.io/zone`",
 			Region:      "a required node affinity on `topology.kubernetes.io/region`",
 			MachineType: "a key of `machineTypes` (CPU and memory, requests = limits)",
 			Image:       "refused: the entry's `image` is what runs",
 		},
-		CloudInit: provider.Is(provider.CloudInitIgnored).Note("the Pod runs Squid from the image with a generated squid.conf in its ConfigMap; the user-data is never read"),
+		CloudInit: profile.Is(profile.CloudInitIgnored).Note("the Pod runs Squid from the image with a generated squid.conf in its ConfigMap; the user-data is never read"),
 		Port:      "Squid's `http_port`, the container port, the Service port and the NetworkPolicy's port",
 		States:    []provider.State{provider.StateProvisioning, provider.StateRunning, provider.StateTerminated},
-		Check: provider.CheckUse{
+		Check: profile.CheckUse{
 			Implemented: true,
 			Probes:      "`/version`, then a SelfSubjectAccessReview per verb and resource (pods, services, configmaps, networkpolicies) in the target namespace; details `serverVersion`, `namespace`, `missing`",
 			Reasons: []string{provider.ReasonHealthy, provider.ReasonForbidden, provider.ReasonUnauthorized,

@@ -16,7 +16,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/keyedlock"
 )
 
-// The type names this package is registered under (registry.DefaultTypes):
+// The type names this package is registered under (its Descriptor):
 // both read the same Config with Parse and are
 // built by New, so they behave, and mark their instances, alike.
 const (

@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/descriptor"
 )
 
 // TestConfigChangeReportsOnlyChangedEntries: item 10, "a providers-config
@@ -74,7 +75,7 @@ func (f *failingStub) Get(context.Context, string) (provider.Instance, error) {
 // each call writes an outcome line named after the type, although the
 // provider itself names and logs nothing.
 func TestEntriesAreBehindTheMethodBoundary(t *testing.T) {
-	types := map[string]Type{"bare": TypeOf(parseStub, func(name string, _ stubConfig, _ provider.Options) (*failingStub, error) {
+	types := map[string]Type{"bare": descriptor.TypeOf(parseStub, func(name string, _ stubConfig, _ provider.Options) (*failingStub, error) {
 		return &failingStub{stub{name: name}}, nil
 	}, 0)}
 	r := New(types, provider.Options{})

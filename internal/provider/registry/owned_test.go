@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/descriptor"
 )
 
 // ownerStub lists by owner: one instance of the UID asked for, and a
@@ -25,7 +26,7 @@ func (o *ownerStub) ListOwnedSecondaries(context.Context, string) ([]provider.Se
 // method boundary (errors named and classified).
 func TestEntryCarriesOwnerLister(t *testing.T) {
 	types := testTypes(new([]*stub))
-	types["owner"] = TypeOf(parseStub, func(name string, c stubConfig, _ provider.Options) (*ownerStub, error) {
+	types["owner"] = descriptor.TypeOf(parseStub, func(name string, c stubConfig, _ provider.Options) (*ownerStub, error) {
 		return &ownerStub{stub: stub{name: name, size: c.Size}}, nil
 	}, 0)
 	r := New(types, provider.Options{})

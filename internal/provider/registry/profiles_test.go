@@ -14,71 +14,42 @@ import (
 	"testing"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/kubernetes"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/libvirt"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/local"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/proxmox"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/profile"
 )
 
-// profiled is a provider package as TestProfilesMatchCode reads it: its
-// declared profile and a nil value of its Provider type, whose method set
-// says which optional interfaces it implements.
-type profiled struct {
-	profile provider.Profile
-	impl    any
-}
-
-func profiledPackages() []profiled {
-	return []profiled{
-		{local.Profile(), (*local.Provider)(nil)},
-		{kubernetes.Profile(), (*kubernetes.Provider)(nil)},
-		{gcp.Profile(), (*gcp.Provider)(nil)},
-		{libvirt.Profile(), (*libvirt.Provider)(nil)},
-		{proxmox.Profile(), (*proxmox.Provider)(nil)},
-	}
-}
-
 // TestProfilesMatchCode checks every shipped provider's profile (the
-// source of docs/providers.md) against the code it describes: the profiles
-// cover DefaultTypes exactly; each is valid; Checker and SecondaryLister
-// are implemented exactly when the profile says so; the states and check
-// reasons the package's code names are the ones its profile lists; its
-// child spans come from where the profile says; and a
+// source of docs/providers.md) against the code it describes: each type
+// name is claimed by one descriptor; each descriptor is valid; Checker and
+// SecondaryLister are implemented exactly when the profile says so; the
+// states and check reasons the package's code names are the ones its
+// profile lists; its child spans come from where the profile says; and a
 // profile that delivers cloud-init uses the shared NoCloud seed or the
 // metadata key it names, with the generated Squid cloud-config, while one
 // that ignores it never renders or reveals it.
 func TestProfilesMatchCode(t *testing.T) {
-	pkgs := profiledPackages()
-	var fromTable []provider.Profile
 	covered := map[string]int{}
-	for _, p := range pkgs {
-		fromTable = append(fromTable, p.profile)
-		for _, ty := range p.profile.Types {
+	for _, d := range Descriptors() {
+		for _, ty := range d.TypeNames {
 			covered[ty]++
 		}
 	}
-	if !reflect.DeepEqual(Profiles(), fromTable) {
-		t.Errorf("Profiles() differs from this test's table of provider packages: keep them in step")
-	}
-	for ty := range DefaultTypes() {
-		if covered[ty] != 1 {
-			t.Errorf("type %q is covered by %d profiles, want 1", ty, covered[ty])
-		}
-	}
-	for ty := range covered {
-		if _, ok := DefaultTypes()[ty]; !ok {
-			t.Errorf("a profile covers type %q, which DefaultTypes does not ship", ty)
+	for ty, n := range covered {
+		if n != 1 {
+			t.Errorf("type %q is claimed by %d descriptors, want 1", ty, n)
 		}
 	}
 
-	for _, p := range pkgs {
-		prof := p.profile
-		t.Run(strings.Join(prof.Types, "/"), func(t *testing.T) {
-			if err := prof.Validate(); err != nil {
+	for _, d := range Descriptors() {
+		prof := d.Profile
+		t.Run(strings.Join(d.TypeNames, "/"), func(t *testing.T) {
+			if err := d.Validate(); err != nil {
 				t.Error(err)
 			}
-			src := scanPackage(t, p.impl)
+			impl := d.Type.ProviderType
+			if impl == nil {
+				t.Fatal("the descriptor's Type has no ProviderType: build it with descriptor.TypeOf")
+			}
+			src := scanPackage(t, impl)
 			check := func(name string, ok bool, format string, args ...any) {
 				t.Helper()
 				if !ok {
@@ -86,11 +57,11 @@ func TestProfilesMatchCode(t *testing.T) {
 				}
 			}
 
-			_, checker := p.impl.(provider.Checker)
+			checker := impl.Implements(reflect.TypeFor[provider.Checker]())
 			check("checker", checker == prof.Check.Implemented,
 				"implements Checker: %v, profile says %v", checker, prof.Check.Implemented)
-			_, lister := p.impl.(provider.SecondaryLister)
-			explicit := slices.Contains(prof.SecondaryResources.Values, provider.SecondaryResourcesExplicit)
+			lister := impl.Implements(reflect.TypeFor[provider.SecondaryLister]())
+			explicit := slices.Contains(prof.SecondaryResources.Values, profile.SecondaryResourcesExplicit)
 			check("secondary-lister", lister == explicit,
 				"implements SecondaryLister: %v, profile's secondary-resources %v", lister, prof.SecondaryResources.Values)
 
@@ -116,13 +87,13 @@ func TestProfilesMatchCode(t *testing.T) {
 			}
 			for _, cs := range prof.ChildSpans.Values {
 				switch cs {
-				case provider.ChildSpansTransportWrapper:
+				case profile.ChildSpansTransportWrapper:
 					check("child-spans", src.imports["internal/provider/httpobserve"],
 						"profile says child spans from a transport wrapper, but the package does not use internal/provider/httpobserve")
-				case provider.ChildSpansSpanDecorator:
+				case profile.ChildSpansSpanDecorator:
 					check("child-spans", src.imports["go.opentelemetry.io/otel/trace"] && !src.imports["internal/provider/httpobserve"],
 						"profile says the package starts its own spans, but it does not import go.opentelemetry.io/otel/trace, or uses httpobserve")
-				case provider.ChildSpansNone:
+				case profile.ChildSpansNone:
 					check("child-spans", !otel && !src.imports["internal/provider/httpobserve"],
 						"profile says no child spans, but the package imports OpenTelemetry or httpobserve")
 				}
@@ -130,18 +101,18 @@ func TestProfilesMatchCode(t *testing.T) {
 
 			delivery := prof.CloudInit.Values
 			switch {
-			case slices.Contains(delivery, provider.CloudInitIgnored):
+			case slices.Contains(delivery, profile.CloudInitIgnored):
 				check("cloud-init", !src.imports["internal/provider/nocloud"] && !src.rendersUserData && !src.revealsCloudInit,
 					"profile says cloud-init is ignored, yet the package builds a seed, renders user-data or reveals CloudInit")
 			default:
 				check("generated-cloud-config", src.rendersUserData,
 					"profile says cloud-init is delivered, but the package never calls squid.UserData (the generated Squid cloud-config)")
 			}
-			if slices.Contains(delivery, provider.CloudInitNoCloudSeed) {
+			if slices.Contains(delivery, profile.CloudInitNoCloudSeed) {
 				check("cloud-init", src.imports["internal/provider/nocloud"],
 					"profile says a NoCloud seed, but the package does not import internal/provider/nocloud")
 			}
-			if slices.Contains(delivery, provider.CloudInitInstanceMetadata) {
+			if slices.Contains(delivery, profile.CloudInitInstanceMetadata) {
 				check("cloud-init", src.literals["user-data"],
 					"profile says instance metadata, but the package never names the \"user-data\" key")
 			}
@@ -161,13 +132,12 @@ type source struct {
 
 const module = "github.com/egress-proxies-operator/egress-proxies-operator/"
 
-func scanPackage(t *testing.T, impl any) source {
+func scanPackage(t *testing.T, impl reflect.Type) source {
 	t.Helper()
-	pkg := reflect.TypeOf(impl).Elem().PkgPath()
-	dir := filepath.Join("..", "..", "..", strings.TrimPrefix(pkg, module))
+	dir := packageDir(impl)
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no Go files for %s in %s: %v", pkg, dir, err)
+		t.Fatalf("no Go files for %s in %s: %v", impl, dir, err)
 	}
 	src := source{states: map[string]bool{}, reasons: map[string]bool{}, literals: map[string]bool{}, imports: map[string]bool{}}
 	fset := token.NewFileSet()
@@ -228,6 +198,18 @@ func scanPackage(t *testing.T, impl any) source {
 		})
 	}
 	return src
+}
+
+// repoRoot is the repository's root, from this package's directory.
+const repoRoot = "../../.."
+
+// packageDir is the directory of the package that defines impl (a type or
+// a pointer to one), relative to this package's.
+func packageDir(impl reflect.Type) string {
+	if impl.Kind() == reflect.Pointer {
+		impl = impl.Elem()
+	}
+	return filepath.Join(repoRoot, strings.TrimPrefix(impl.PkgPath(), module))
 }
 
 func keys(m map[string]bool) []string {

@@ -8,7 +8,6 @@ package registry
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,47 +22,13 @@ import (
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/descriptor"
 )
 
-// Type is one provider type: how to read its config block and how to build
-// a provider from it.
-type Type struct {
-	// Parse decodes the entry's <type> block strictly, fills the defaults
-	// and validates; errors are under path. raw is nil when the entry has
-	// no block. On reload an entry whose settings are reflect.DeepEqual to
-	// the running ones is kept as it is, however the block is written.
-	Parse func(raw json.RawMessage, path *field.Path) (any, field.ErrorList)
-	// New builds the provider from what Parse returned, and from nothing
-	// else, so equal settings make an equal provider. It must not reach the
-	// backend: a backend that is down at start must not stop the operator
-	// (the health loop reports it instead). The provider need not log its
-	// outcomes or name its errors: the registry puts it behind
-	// provider.WithBoundary.
-	New func(name string, settings any, opts provider.Options) (provider.Provider, error)
-	// PollInterval is how often the reconciler reads an instance that is
-	// still provisioning: seconds for Pods, longer for VMs that boot.
-	PollInterval time.Duration
-}
-
-// TypeOf adapts a typed parser and constructor to Type, so each provider
-// package keeps its own config type.
-func TypeOf[C any, P provider.Provider](
-	parse func(json.RawMessage, *field.Path) (C, field.ErrorList),
-	newFn func(string, C, provider.Options) (P, error),
-	poll time.Duration,
-) Type {
-	return Type{
-		Parse: func(raw json.RawMessage, path *field.Path) (any, field.ErrorList) { return parse(raw, path) },
-		New: func(name string, settings any, opts provider.Options) (provider.Provider, error) {
-			p, err := newFn(name, settings.(C), opts)
-			if err != nil {
-				return nil, err
-			}
-			return p, nil
-		},
-		PollInterval: poll,
-	}
-}
+// Type is one provider type as the registry builds it (Parse, New,
+// PollInterval): a provider package's descriptor.Type, under the name the
+// registry's callers use for the values of the map New takes.
+type Type = descriptor.Type
 
 // Entry is one configured provider, as the controllers use it.
 type Entry struct {

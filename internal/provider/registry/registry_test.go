@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/descriptor"
 )
 
 // stub is a provider that records whether it was closed.
@@ -52,15 +54,15 @@ func parseStub(raw json.RawMessage, path *field.Path) (stubConfig, field.ErrorLi
 
 func testTypes(built *[]*stub) map[string]Type {
 	return map[string]Type{
-		"plain": TypeOf(parseStub, func(name string, c stubConfig, _ provider.Options) (*stub, error) {
+		"plain": descriptor.TypeOf(parseStub, func(name string, c stubConfig, _ provider.Options) (*stub, error) {
 			s := &stub{name: name, size: c.Size}
 			*built = append(*built, s)
 			return s, nil
 		}, 0),
-		"checking": TypeOf(parseStub, func(name string, c stubConfig, _ provider.Options) (*checkingStub, error) {
+		"checking": descriptor.TypeOf(parseStub, func(name string, c stubConfig, _ provider.Options) (*checkingStub, error) {
 			return &checkingStub{stub{name: name, size: c.Size}}, nil
 		}, 0),
-		"broken": TypeOf(parseStub, func(string, stubConfig, provider.Options) (*stub, error) {
+		"broken": descriptor.TypeOf(parseStub, func(string, stubConfig, provider.Options) (*stub, error) {
 			return nil, errors.New("cannot build")
 		}, 0),
 	}
@@ -193,10 +195,18 @@ func TestEntryCarriesCheckerAndDecorators(t *testing.T) {
 	}
 }
 
+// TestDefaultTypesAreTheAllowList checks that the registry knows exactly
+// the type names of Descriptors, each once (two descriptors claiming one
+// name would collapse into one key), and nothing else.
 func TestDefaultTypesAreTheAllowList(t *testing.T) {
+	var want []string
+	for _, d := range Descriptors() {
+		want = append(want, d.TypeNames...)
+	}
+	sort.Strings(want)
 	r := New(DefaultTypes(), provider.Options{})
-	if got := strings.Join(r.TypeNames(), ","); got != "gcp,kubernetes,kvm,kvm2,local,proxmox" {
-		t.Errorf("types = %s", got)
+	if got := strings.Join(r.TypeNames(), ","); got != strings.Join(want, ",") {
+		t.Errorf("types = %s, want the descriptors' %s", got, strings.Join(want, ","))
 	}
 	_, err := config.Parse([]byte("providers:\n- {name: a, type: mock}\n"), r.TypeNames())
 	if err == nil || !strings.Contains(err.Error(), `providers[0].type: Unsupported value: "mock"`) {

@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/descriptor"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -152,7 +153,7 @@ func (b *blockingStub) Close() error {
 // blockingTypes has one type, "held", whose every build is recorded.
 func blockingTypes(built *[]*blockingStub) map[string]Type {
 	return map[string]Type{
-		"held": TypeOf(parseStub, func(name string, c stubConfig, _ provider.Options) (*blockingStub, error) {
+		"held": descriptor.TypeOf(parseStub, func(name string, c stubConfig, _ provider.Options) (*blockingStub, error) {
 			b := newBlockingStub(name)
 			b.size = c.Size
 			*built = append(*built, b)

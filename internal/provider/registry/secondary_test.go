@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/descriptor"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -38,7 +39,7 @@ func TestEntryCarriesSecondaryLister(t *testing.T) {
 	var built []*secondaryStub
 	types := testTypes(new([]*stub))
 	for name, held := range map[string]bool{"secondary": false, "held-secondary": true} {
-		types[name] = TypeOf(parseStub, func(name string, c stubConfig, _ provider.Options) (*secondaryStub, error) {
+		types[name] = descriptor.TypeOf(parseStub, func(name string, c stubConfig, _ provider.Options) (*secondaryStub, error) {
 			s := &secondaryStub{stub: stub{name: name, size: c.Size}, held: held,
 				entered: make(chan struct{}), release: make(chan struct{})}
 			built = append(built, s)

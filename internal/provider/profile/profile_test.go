@@ -1,14 +1,15 @@
-package provider
+package profile
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
 // validProfile is a profile with every row filled in.
 func validProfile() Profile {
 	return Profile{
-		Types:              []string{"example"},
 		Readiness:          Is(ReadinessImmediate),
 		CreateReturn:       Is(CreateReturnSubmit),
 		DeleteReturn:       Is(DeleteReturnWaits),
@@ -31,8 +32,8 @@ func validProfile() Profile {
 		Placement:          PlacementUse{Zone: "not used", Region: "not used", MachineType: "not used", Image: "not used"},
 		CloudInit:          Is(CloudInitIgnored),
 		Port:               "the listener's",
-		States:             []State{StateRunning, StateStopped},
-		Check:              CheckUse{Implemented: true, Probes: "a dial", Reasons: []string{ReasonHealthy, ReasonTimeout}},
+		States:             []provider.State{provider.StateRunning, provider.StateStopped},
+		Check:              CheckUse{Implemented: true, Probes: "a dial", Reasons: []string{provider.ReasonHealthy, provider.ReasonTimeout}},
 		CredentialRotation: "n/a",
 		TestedAgainst:      "itself",
 	}
@@ -47,7 +48,6 @@ func TestProfileValidate(t *testing.T) {
 		change func(*Profile)
 		want   string
 	}{
-		{"no type", func(p *Profile) { p.Types = nil }, "no provider type"},
 		{"axis without a value", func(p *Profile) { p.Quota = Choice[Quota]{} }, "quota: no value"},
 		{"value outside the vocabulary", func(p *Profile) { p.Readiness = Is(Readiness("immediat")) }, `readiness: "immediat" is not one of immediate, provisioning-window`},
 		{"value twice", func(p *Profile) { p.GCMark = Is(GCMarkNativeLabels, GCMarkNativeLabels) }, `gc-mark: "native-labels" twice`},
@@ -55,10 +55,10 @@ func TestProfileValidate(t *testing.T) {
 		{"empty placement field", func(p *Profile) { p.Placement.Image = "" }, "placement.image: no text"},
 		{"line break", func(p *Profile) { p.CreateReturn = p.CreateReturn.Note("one\ntwo") }, "create-return: a line break"},
 		{"no state", func(p *Profile) { p.States = nil }, "states: none"},
-		{"unknown state", func(p *Profile) { p.States = []State{"Booting"} }, `states: "Booting" is not a contract state`},
-		{"states out of order", func(p *Profile) { p.States = []State{StateStopped, StateRunning} }, `states: "Running" out of the contract's order`},
+		{"unknown state", func(p *Profile) { p.States = []provider.State{"Booting"} }, `states: "Booting" is not a contract state`},
+		{"states out of order", func(p *Profile) { p.States = []provider.State{provider.StateStopped, provider.StateRunning} }, `states: "Running" out of the contract's order`},
 		{"reasons without a checker", func(p *Profile) { p.Check.Implemented = false }, "given exactly when a Checker is implemented"},
-		{"Healthy not first", func(p *Profile) { p.Check.Reasons = []string{ReasonTimeout, ReasonHealthy} }, "Healthy first"},
+		{"Healthy not first", func(p *Profile) { p.Check.Reasons = []string{provider.ReasonTimeout, provider.ReasonHealthy} }, "Healthy first"},
 		{"no health-check prose", func(p *Profile) { p.Check.Probes = "" }, "health check: no text"},
 	}
 	for _, c := range cases {

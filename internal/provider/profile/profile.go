@@ -1,27 +1,29 @@
-package provider
+// Package profile is the vocabulary a provider type declares itself in:
+// its pick on each axis of docs/provider-contract.md section 3, and the
+// rows users compare between types. Each provider package's descriptor
+// carries its Profile (internal/provider/descriptor); docs/providers.md is
+// generated from them (hack/providers-doc).
+package profile
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
-// Profile is what a provider type declares about itself: its pick on each
-// axis of docs/provider-contract.md section 3, and the rows users compare
-// between types. Every provider package exports one (a func Profile), and
-// docs/providers.md is generated from them (hack/providers-doc), so the
-// page cannot drift from the code; the registry's tests check the parts
-// that can be read off the code (Checker and SecondaryLister presence, the
-// states a package produces, its check reasons).
+// Profile is what a provider type declares about itself. Every provider
+// package declares one (a func Profile, which its descriptor carries), so
+// docs/providers.md cannot drift from the code; the registry's tests check
+// the parts that can be read off the code (Checker and SecondaryLister
+// presence, the states a package produces, its check reasons).
 //
 // Axes with a closed vocabulary are typed, so a misspelt profile does not
 // compile; Validate catches a value converted from an arbitrary string.
 // Prose is free text (Markdown inline code allowed, no line breaks).
 type Profile struct {
-	// Types are the provider type names the profile covers (the registry's
-	// keys): one, or kvm and kvm2 for the one libvirt implementation.
-	Types []string
-
 	Readiness          Choice[Readiness]
 	CreateReturn       Choice[CreateReturn]
 	DeleteReturn       Choice[DeleteReturn]
@@ -54,7 +56,7 @@ type Profile struct {
 	Port string
 	// States are the states Get and Create can report, in the contract's
 	// order (Provisioning, Running, Stopped, Terminated).
-	States []State
+	States []provider.State
 	// Check describes the optional Checker.
 	Check CheckUse
 	// CredentialRotation is what happens when the credentials change.
@@ -239,9 +241,9 @@ var vocabulary = map[string][]string{
 // for a prose row.
 func Vocabulary(axis string) []string { return append([]string(nil), vocabulary[axis]...) }
 
-// ProfileRow is one row of the providers page for one provider: Values
+// Row is one row of the providers page for one provider: Values
 // from the axis's vocabulary (none for a prose row), Detail the prose.
-type ProfileRow struct {
+type Row struct {
 	// Name is the row's name: the contract's axis name, or the compared
 	// row's (`placement.zone`, `states`, ...).
 	Name string
@@ -253,11 +255,11 @@ type ProfileRow struct {
 
 // Rows returns the profile as the page's rows, in the page's order: the
 // contract's axes, then the compared rows.
-func (p Profile) Rows() []ProfileRow {
-	axis := func(name string, values []string, detail string) ProfileRow {
-		return ProfileRow{Name: name, Axis: true, Values: values, Detail: detail}
+func (p Profile) Rows() []Row {
+	axis := func(name string, values []string, detail string) Row {
+		return Row{Name: name, Axis: true, Values: values, Detail: detail}
 	}
-	prose := func(name, detail string) ProfileRow { return ProfileRow{Name: name, Detail: detail} }
+	prose := func(name, detail string) Row { return Row{Name: name, Detail: detail} }
 	states := make([]string, len(p.States))
 	for i, s := range p.States {
 		states[i] = string(s)
@@ -266,7 +268,7 @@ func (p Profile) Rows() []ProfileRow {
 	if p.Check.Implemented {
 		checker = p.Check.Probes
 	}
-	return []ProfileRow{
+	return []Row{
 		axis("readiness", p.Readiness.strings(), p.Readiness.Detail),
 		axis("create-return", p.CreateReturn.strings(), p.CreateReturn.Detail),
 		axis("delete-return", p.DeleteReturn.strings(), p.DeleteReturn.Detail),
@@ -300,15 +302,12 @@ func (p Profile) Rows() []ProfileRow {
 	}
 }
 
-// Validate reports what is wrong with a profile: no type, an axis with no
+// Validate reports what is wrong with a profile: an axis with no
 // value, a repeated value or one outside its vocabulary, an empty prose
 // row, a state outside the contract's, check reasons without Healthy
 // first, a line break in any text (it would break the page's table).
 func (p Profile) Validate() error {
 	var problems []string
-	if len(p.Types) == 0 {
-		problems = append(problems, "no provider type")
-	}
 	for _, r := range p.Rows() {
 		if strings.ContainsAny(r.Detail, "\r\n") {
 			problems = append(problems, r.Name+": a line break in the prose")
@@ -337,7 +336,7 @@ func (p Profile) Validate() error {
 	if len(p.States) == 0 {
 		problems = append(problems, "states: none")
 	}
-	order := []State{StateProvisioning, StateRunning, StateStopped, StateTerminated}
+	order := []provider.State{provider.StateProvisioning, provider.StateRunning, provider.StateStopped, provider.StateTerminated}
 	last := -1
 	for _, s := range p.States {
 		i := slices.Index(order, s)
@@ -353,11 +352,11 @@ func (p Profile) Validate() error {
 	if p.Check.Implemented != (len(p.Check.Reasons) > 0) {
 		problems = append(problems, "check reasons: given exactly when a Checker is implemented")
 	}
-	if len(p.Check.Reasons) > 0 && p.Check.Reasons[0] != ReasonHealthy {
+	if len(p.Check.Reasons) > 0 && p.Check.Reasons[0] != provider.ReasonHealthy {
 		problems = append(problems, "check reasons: Healthy first")
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("profile %s: %s", strings.Join(p.Types, "/"), strings.Join(problems, "; "))
+		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
 }
