@@ -8,9 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -190,20 +188,15 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 	if err != nil {
 		// Re-evaluated when the providers config changes (a watch on the
 		// registry), so no requeue here.
-		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonProviderNotFound,
-			fmt.Sprintf("spec.provider %q names no entry in the operator's providers config", px.Spec.Provider))
-		px.Status.Phase = egressv1.PhasePending
+		r.report(px, observation{seen: noProvider})
 		return ctrl.Result{}
 	}
 	log = log.WithValues("provider", entry.Name)
 	ctx = logr.NewContext(ctx, log)
 
-	cloudInit, reason, msg := r.cloudInit(ctx, px)
-	if reason != "" {
-		r.setReady(px, metav1.ConditionFalse, reason, msg)
-		if px.Status.ProviderID == "" {
-			px.Status.Phase = egressv1.PhasePending
-		}
+	cloudInit, err := r.cloudInit(ctx, px)
+	if err != nil {
+		r.report(px, observation{seen: cloudInitUnresolved, err: err})
 		return ctrl.Result{RequeueAfter: r.transientBackoff.When(key(px))}
 	}
 	req := createRequest(px, cloudInit)
@@ -226,8 +219,7 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		// Spec changes faster than the backend deletes: let it catch up
 		// before making yet another instance.
 		r.deleteSuperseded(ctx, entry, px)
-		r.report(px, egressv1.ReasonProvisioning,
-			fmt.Sprintf("waiting for %d superseded instances to be deleted before creating %s", len(px.Status.SupersededProviderIDs), req.Name))
+		r.report(px, observation{seen: supersededBacklog, backlog: len(px.Status.SupersededProviderIDs), next: req.Name})
 		return ctrl.Result{RequeueAfter: entry.PollInterval}
 	}
 	rec.store(&px.Status)
@@ -254,7 +246,7 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 
 	switch inst.State {
 	case provider.StateRunning:
-		if inst.IP == "" {
+		if !serves(inst) {
 			break // a provider bug; wait like Provisioning
 		}
 		r.running(px, inst)
@@ -267,46 +259,29 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 	case provider.StateStopped:
 		// Create adopts and starts a stopped instance, and resumes an
 		// unfinished one (a create a restart interrupted: Stopped with the
-		// Progress it had reached), which is no stop to warn about.
-		if inst.Progress == "" {
-			r.report(px, egressv1.ReasonInstanceStopped, fmt.Sprintf("instance %s stopped; starting it again", inst.ID))
-		}
+		// Progress it had reached).
+		r.report(px, observation{seen: instanceSeen, inst: inst})
 		started, err := r.create(ctx, entry, px, req)
 		if err != nil {
 			return r.failed(ctx, entry, px, req, err)
 		}
-		if started.State == provider.StateRunning && started.IP != "" {
+		if serves(started) {
 			r.running(px, started)
 			return ctrl.Result{RequeueAfter: jitter(r.RunningResync)}
 		}
-		if inst.Progress != "" || started.Progress != "" {
-			r.provisioning(px, started, "resuming")
-		}
+		r.report(px, observation{seen: instanceStarted, inst: started, interrupted: inst.Progress != ""})
 		return ctrl.Result{RequeueAfter: entry.PollInterval}
 	case provider.StateTerminated:
 		// Deleted first and created anew once Get says NotFound: creating
 		// under the same name now would adopt the terminated instance.
-		r.report(px, egressv1.ReasonInstanceStopped, fmt.Sprintf("instance %s terminated; deleting it to create it anew", inst.ID))
+		r.report(px, observation{seen: instanceSeen, inst: inst})
 		if err := r.deleteInstance(ctx, entry, inst.ID); err != nil {
 			return r.failed(ctx, entry, px, req, err)
 		}
 		return ctrl.Result{RequeueAfter: entry.PollInterval}
 	}
-	r.provisioning(px, inst, describeState(inst.State))
+	r.report(px, observation{seen: instanceSeen, inst: inst})
 	return ctrl.Result{RequeueAfter: entry.PollInterval}
-}
-
-// provisioning records an instance that does not serve yet, with what its
-// provider says it is doing.
-func (r *ProxyReconciler) provisioning(px *egressv1.Proxy, inst provider.Instance, doing string) {
-	note := fmt.Sprintf("instance %s is %s", inst.ID, doing)
-	if inst.Progress != "" {
-		note += ": " + inst.Progress
-	}
-	r.report(px, egressv1.ReasonProvisioning, note)
-	if !r.replacing(px) {
-		px.Status.Phase = egressv1.PhaseProvisioning
-	}
 }
 
 // observe reads the recorded instances before anything is planned, so that
@@ -333,12 +308,12 @@ func (r *ProxyReconciler) observe(ctx context.Context, entry *registry.Entry, px
 		r.event(px, corev1.EventTypeWarning, egressv1.ReasonInstanceLost, "Create",
 			"instance %s is gone from provider %q; creating it again", id, entry.Name)
 		r.apply(px, lost)
-		r.report(px, egressv1.ReasonInstanceLost, fmt.Sprintf("instance %s is gone from the backend; creating it again", id))
+		r.report(px, observation{seen: instanceLost, id: id})
 		return provider.Instance{}, nil
 	case err != nil:
 		return provider.Instance{}, err
 	}
-	if inst.State == provider.StateRunning && inst.IP != "" && px.Status.RetiringProviderID != "" {
+	if serves(inst) && px.Status.RetiringProviderID != "" {
 		r.running(px, inst)
 	}
 	return inst, nil
@@ -367,14 +342,7 @@ func (r *ProxyReconciler) apply(px *egressv1.Proxy, f func(record) record) {
 // superseded now.
 func (r *ProxyReconciler) running(px *egressv1.Proxy, inst provider.Instance) {
 	r.apply(px, cutover)
-	px.Status.IP = inst.IP
-	host := inst.Host
-	if host == "" {
-		host = inst.IP
-	}
-	px.Status.Endpoint = net.JoinHostPort(host, strconv.Itoa(int(createPort(px))))
-	px.Status.Phase = egressv1.PhaseRunning
-	r.setReady(px, metav1.ConditionTrue, egressv1.ReasonRunning, "serving at "+px.Status.Endpoint)
+	r.report(px, observation{seen: instanceSeen, inst: inst})
 	r.forget(key(px))
 }
 
@@ -382,26 +350,6 @@ func (r *ProxyReconciler) running(px *egressv1.Proxy, inst provider.Instance) {
 // together are not read again together, wave after wave.
 func jitter(d time.Duration) time.Duration {
 	return d - d/10 + time.Duration(rand.Int64N(int64(d/5)+1))
-}
-
-// replacing says whether a retiring instance serves at status.endpoint.
-func (r *ProxyReconciler) replacing(px *egressv1.Proxy) bool {
-	return px.Status.RetiringProviderID != "" && px.Status.Endpoint != ""
-}
-
-// report sets Ready for a pass whose current instance does not serve.
-// While a retiring instance serves, the Proxy is Ready (Replacing) and msg
-// says what holds the replacement up; otherwise nothing serves: the
-// endpoint is cleared and Ready is False with reason.
-func (r *ProxyReconciler) report(px *egressv1.Proxy, reason, msg string) {
-	if r.replacing(px) {
-		px.Status.Phase = egressv1.PhaseRunning
-		msg = fmt.Sprintf("serving at %s (instance %s) while it is replaced: %s", px.Status.Endpoint, px.Status.RetiringProviderID, msg)
-		r.setReady(px, metav1.ConditionTrue, egressv1.ReasonReplacing, r.progress.message(px, metav1.ConditionTrue, egressv1.ReasonReplacing, msg, r.ProgressEvery))
-		return
-	}
-	px.Status.Endpoint, px.Status.IP = "", ""
-	r.setReady(px, metav1.ConditionFalse, reason, r.progress.message(px, metav1.ConditionFalse, reason, msg, r.ProgressEvery))
 }
 
 // deleteSuperseded deletes the instances the Proxy no longer wants and
@@ -423,54 +371,25 @@ func (r *ProxyReconciler) deleteSuperseded(ctx context.Context, entry *registry.
 	}
 }
 
-func describeState(s provider.State) string {
-	if s == "" || s == provider.StateRunning {
-		return "starting (no address yet)"
-	}
-	return string(s)
-}
-
 // failed records a provider error by its class and says when to try again.
 func (r *ProxyReconciler) failed(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, req provider.CreateRequest, err error) ctrl.Result {
 	log := logr.FromContextOrDiscard(ctx)
-	serving := px.Status.Endpoint != ""
-	if !serving {
-		px.Status.Phase = egressv1.PhaseProvisioning
-	}
+	var res ctrl.Result
 	switch provider.ClassOf(err) {
 	case provider.ErrPermanent:
 		log.Error(err, "permanent provider failure; not retrying until the spec, the provider's configuration or its health changes")
 		px.Status.PermanentFailure = &egressv1.PermanentFailure{
 			ObservedGeneration: px.Generation, InstanceName: req.Name, ProviderRevision: entry.Revision, Time: metav1.Now(),
 		}
-		if r.replacing(px) {
-			// Ready stays True (Replacing), so no transition records it.
-			r.event(px, corev1.EventTypeWarning, egressv1.ReasonPermanentFailure, "Reconcile", "%s", err.Error())
-		}
-		if !serving {
-			px.Status.Phase = egressv1.PhaseFailed
-		}
-		r.report(px, egressv1.ReasonPermanentFailure, err.Error())
-		return ctrl.Result{}
 	case provider.ErrQuotaExceeded:
-		wait := r.quotaBackoff.When(key(px))
-		log.Info("provider out of quota or capacity; backing off", "error", err.Error(), "retryIn", wait)
-		if r.replacing(px) {
-			r.event(px, corev1.EventTypeWarning, egressv1.ReasonQuotaExceeded, "Reconcile", "%s", err.Error())
-		}
-		r.report(px, egressv1.ReasonQuotaExceeded, err.Error())
-		return ctrl.Result{RequeueAfter: wait}
+		res.RequeueAfter = r.quotaBackoff.When(key(px))
+		log.Info("provider out of quota or capacity; backing off", "error", err.Error(), "retryIn", res.RequeueAfter)
 	default:
-		wait := r.transientBackoff.When(key(px))
-		log.Info("transient provider failure; backing off", "error", err.Error(), "retryIn", wait)
-		if serving {
-			// A serving Proxy whose backend hiccups still serves; keep Ready
-			// as it is and let the next read tell.
-			return ctrl.Result{RequeueAfter: wait}
-		}
-		r.report(px, egressv1.ReasonBackendError, err.Error())
-		return ctrl.Result{RequeueAfter: wait}
+		res.RequeueAfter = r.transientBackoff.When(key(px))
+		log.Info("transient provider failure; backing off", "error", err.Error(), "retryIn", res.RequeueAfter)
 	}
+	r.report(px, observation{seen: failure, err: err})
+	return res
 }
 
 // latched reports a Proxy whose last attempt failed permanently under what
@@ -529,11 +448,11 @@ func (r *ProxyReconciler) deleteInstance(ctx context.Context, entry *registry.En
 }
 
 // cloudInit resolves the user-data: inline, from a Secret, or none. A
-// missing Secret or key gives a reason and a message instead.
-func (r *ProxyReconciler) cloudInit(ctx context.Context, px *egressv1.Proxy) (provider.Sensitive, string, string) {
+// Secret or key it cannot read gives a *cloudInitError instead.
+func (r *ProxyReconciler) cloudInit(ctx context.Context, px *egressv1.Proxy) (provider.Sensitive, error) {
 	ref := px.Spec.CloudInitSecretRef
 	if ref == nil {
-		return provider.Sensitive(px.Spec.CloudInit), "", ""
+		return provider.Sensitive(px.Spec.CloudInit), nil
 	}
 	keyName := ref.Key
 	if keyName == "" {
@@ -543,17 +462,17 @@ func (r *ProxyReconciler) cloudInit(ctx context.Context, px *egressv1.Proxy) (pr
 	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: px.Namespace, Name: ref.Name}, sec)
 	switch {
 	case apierrors.IsNotFound(err):
-		return "", egressv1.ReasonCloudInitSecretNotFound,
-			fmt.Sprintf("spec.cloudInitSecretRef: Secret %q not found in namespace %q", ref.Name, px.Namespace)
+		return "", &cloudInitError{missing: true,
+			msg: fmt.Sprintf("spec.cloudInitSecretRef: Secret %q not found in namespace %q", ref.Name, px.Namespace)}
 	case err != nil:
-		return "", egressv1.ReasonBackendError, fmt.Sprintf("spec.cloudInitSecretRef: reading Secret %q: %v", ref.Name, err)
+		return "", &cloudInitError{msg: fmt.Sprintf("spec.cloudInitSecretRef: reading Secret %q: %v", ref.Name, err)}
 	}
 	data, ok := sec.Data[keyName]
 	if !ok {
-		return "", egressv1.ReasonCloudInitSecretNotFound,
-			fmt.Sprintf("spec.cloudInitSecretRef: Secret %q has no key %q", ref.Name, keyName)
+		return "", &cloudInitError{missing: true,
+			msg: fmt.Sprintf("spec.cloudInitSecretRef: Secret %q has no key %q", ref.Name, keyName)}
 	}
-	return provider.Sensitive(data), "", ""
+	return provider.Sensitive(data), nil
 }
 
 func createPort(px *egressv1.Proxy) int32 {
@@ -561,27 +480,6 @@ func createPort(px *egressv1.Proxy) int32 {
 		return defaultPort
 	}
 	return px.Spec.Port
-}
-
-// setReady sets the Ready condition and records a Warning event when it
-// turns to a failure (proxy_events.go): events follow transitions, not
-// reconciles, and only those the status alone would lose.
-func (r *ProxyReconciler) setReady(px *egressv1.Proxy, status metav1.ConditionStatus, reason, msg string) {
-	// Copied, not pointed to: SetStatusCondition updates the slice in place.
-	var prev metav1.Condition
-	if c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady); c != nil {
-		prev = *c
-	}
-	meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{
-		Type: egressv1.ConditionReady, Status: status, Reason: reason, Message: msg,
-		ObservedGeneration: px.Generation,
-	})
-	if prev.Reason == reason && prev.Status == status {
-		return
-	}
-	if typ, emit := transitionEvent(status == metav1.ConditionTrue, reason); emit {
-		r.event(px, typ, reason, "Reconcile", "%s", msg)
-	}
 }
 
 // writeStatus patches the status when, and only when, it changed: an idle

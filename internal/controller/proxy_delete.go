@@ -3,12 +3,10 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/go-logr/logr"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -37,7 +35,6 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, px *egressv1.Prox
 }
 
 func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Proxy) (ctrl.Result, bool) {
-	px.Status.Phase = egressv1.PhaseDeleting
 	rec := recordOf(&px.Status)
 	ids := px.Status.RecordedProviderIDs()
 	if px.Annotations[egressv1.AnnotationForceRelease] == "true" {
@@ -59,8 +56,7 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 			// the Proxy's instances on.
 			return ctrl.Result{}, true
 		}
-		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonProviderNotFound,
-			fmt.Sprintf("cannot delete instance %s: spec.provider %q names no entry in the providers config; add it back, or set the annotation %s=true to abandon the instance", ids[0], px.Spec.Provider, egressv1.AnnotationForceRelease))
+		r.report(px, observation{seen: noProvider, id: ids[0]})
 		return ctrl.Result{}, false
 	}
 	ctx = logr.NewContext(ctx, logr.FromContextOrDiscard(ctx).WithValues("provider", entry.Name))
@@ -84,7 +80,7 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 	if len(ids) == 0 {
 		return ctrl.Result{}, true
 	}
-	r.setReady(px, metav1.ConditionFalse, egressv1.ReasonDeleting, "deleting instance "+ids[0])
+	r.report(px, observation{seen: deletingInstance, id: ids[0]})
 
 	remaining := 0
 	for _, id := range ids {
@@ -173,21 +169,20 @@ func forgetInstance(rec record, id string) record {
 	return gone(rec, id)
 }
 
+// failedDelete records a failure of the deletion pass by its class and says
+// when to try again.
 func (r *ProxyReconciler) failedDelete(ctx context.Context, px *egressv1.Proxy, err error) ctrl.Result {
 	log := logr.FromContextOrDiscard(ctx)
-	msg := "deleting the instance: " + err.Error()
+	var res ctrl.Result
 	switch provider.ClassOf(err) {
 	case provider.ErrPermanent:
 		log.Error(err, "the provider refuses to delete the instance; the Proxy keeps its finalizer")
-		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonPermanentFailure, msg)
-		return ctrl.Result{}
 	case provider.ErrQuotaExceeded:
-		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonQuotaExceeded, msg)
-		return ctrl.Result{RequeueAfter: r.quotaBackoff.When(key(px))}
+		res.RequeueAfter = r.quotaBackoff.When(key(px))
 	default:
-		wait := r.deleteBackoff.When(key(px))
-		log.Info("transient failure deleting the instance; backing off", "error", err.Error(), "retryIn", wait)
-		r.setReady(px, metav1.ConditionFalse, egressv1.ReasonBackendError, msg)
-		return ctrl.Result{RequeueAfter: wait}
+		res.RequeueAfter = r.deleteBackoff.When(key(px))
+		log.Info("transient failure deleting the instance; backing off", "error", err.Error(), "retryIn", res.RequeueAfter)
 	}
+	r.report(px, observation{seen: failure, err: err})
+	return res
 }

@@ -295,3 +295,25 @@ func (w *world) settle() {
 	}
 	w.t.Fatalf("did not settle on one instance of the last shape: status %+v, backend %v", w.px.Status, w.fp.Backend().Records())
 }
+
+// TestReplacementLostWhileRetiringServes: the replacement vanishes from the
+// backend while the retiring instance still serves; the Proxy stays Ready
+// (Replacing) on the retiring instance, and the replacement is made again.
+func TestReplacementLostWhileRetiringServes(t *testing.T) {
+	w := newWorld(t)
+	w.do("A", "p", "run", "p", "B", "p")
+	serving := w.px.Status
+	if serving.RetiringProviderID == "" || !w.ready() {
+		t.Fatalf("set-up: no replacement under way: %+v", serving)
+	}
+	if !w.fp.Remove(serving.InstanceName) {
+		t.Fatalf("set-up: no replacement %s on the backend", serving.InstanceName)
+	}
+	w.do("p")
+	st := w.px.Status
+	if got := readyReason(w.px); got != "True/"+egressv1.ReasonReplacing || st.Endpoint != serving.Endpoint ||
+		st.RetiringProviderID != serving.RetiringProviderID || st.Phase != egressv1.PhaseRunning {
+		t.Fatalf("replacement lost: Ready %s, status %+v; want True/Replacing on %s at %s", got, st, serving.RetiringProviderID, serving.Endpoint)
+	}
+	w.settle()
+}

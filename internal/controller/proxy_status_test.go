@@ -1,0 +1,239 @@
+package controller
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// Statuses the table starts from.
+var (
+	nothingYet  = egressv1.ProxyStatus{}
+	provisionsA = egressv1.ProxyStatus{ProviderID: "a", InstanceName: "A", Phase: egressv1.PhaseProvisioning}
+	servesA     = egressv1.ProxyStatus{ProviderID: "a", InstanceName: "A", Phase: egressv1.PhaseRunning,
+		IP: "10.0.0.1", Endpoint: "10.0.0.1:3128"}
+	// A serves while its replacement B provisions.
+	replacesAWithB = egressv1.ProxyStatus{ProviderID: "b", InstanceName: "B", RetiringProviderID: "a", RetiringInstanceName: "A",
+		Phase: egressv1.PhaseRunning, IP: "10.0.0.1", Endpoint: "10.0.0.1:3128"}
+)
+
+const whileReplaced = "serving at 10.0.0.1:3128 (instance a) while it is replaced: "
+
+var (
+	errTransient = provider.Errorf(provider.ErrTransient, "backend hiccup")
+	errQuota     = provider.Errorf(provider.ErrQuotaExceeded, "out of addresses")
+	errPermanent = provider.Errorf(provider.ErrPermanent, "no such image")
+)
+
+// statusRow is one observation and what it must show: the status the pass
+// left before it (then, if set, is the replacement transition the pass ran
+// on it, through record.store as the reconciler does), and the finding.
+type statusRow struct {
+	name     string
+	status   egressv1.ProxyStatus
+	then     func(record) record
+	deleting bool
+	o        observation
+	want     shown
+}
+
+func falseFor(reason, msg string, phase egressv1.ProxyPhase) shown {
+	return shown{ready: metav1.ConditionFalse, reason: reason, message: msg, progress: true, phase: phase, address: clearAddress}
+}
+
+func whileReplacing(msg string) shown {
+	return shown{ready: metav1.ConditionTrue, reason: egressv1.ReasonReplacing, message: whileReplaced + msg, progress: true,
+		phase: egressv1.PhaseRunning}
+}
+
+func warned(s shown, reason string, err error) shown {
+	s.warn, s.warnNote = reason, err.Error()
+	return s
+}
+
+func deletingShows(reason, msg string) shown {
+	return shown{ready: metav1.ConditionFalse, reason: reason, message: msg, phase: egressv1.PhaseDeleting}
+}
+
+var statusTable = []statusRow{
+	// The instance provisions, runs, stops, is lost.
+	{name: "first instance provisioning", status: nothingYet,
+		o:    observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateProvisioning}},
+		want: falseFor(egressv1.ReasonProvisioning, "instance a is Provisioning", egressv1.PhaseProvisioning)},
+	{name: "provisioning with the provider's progress", status: provisionsA,
+		o: observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateProvisioning, Progress: "downloading image: 12/400 MiB"}},
+		want: falseFor(egressv1.ReasonProvisioning, "instance a is Provisioning: downloading image: 12/400 MiB",
+			egressv1.PhaseProvisioning)},
+	{name: "running without an address waits", status: provisionsA,
+		o:    observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateRunning}},
+		want: falseFor(egressv1.ReasonProvisioning, "instance a is starting (no address yet)", egressv1.PhaseProvisioning)},
+	{name: "running", status: provisionsA,
+		o: observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateRunning, IP: "10.0.0.1"}},
+		want: shown{ready: metav1.ConditionTrue, reason: egressv1.ReasonRunning, message: "serving at 10.0.0.1:3128",
+			phase: egressv1.PhaseRunning, address: setAddress, ip: "10.0.0.1", endpoint: "10.0.0.1:3128"}},
+	{name: "running under the provider's stable name", status: provisionsA,
+		o: observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateRunning, IP: "10.0.0.2", Host: "web.ns.svc"}},
+		want: shown{ready: metav1.ConditionTrue, reason: egressv1.ReasonRunning, message: "serving at web.ns.svc:3128",
+			phase: egressv1.PhaseRunning, address: setAddress, ip: "10.0.0.2", endpoint: "web.ns.svc:3128"}},
+	{name: "stopped", status: servesA,
+		o:    observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateStopped}},
+		want: falseFor(egressv1.ReasonInstanceStopped, "instance a stopped; starting it again", "")},
+	{name: "stopped by a restart mid-create is no stop", status: provisionsA,
+		o:    observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateStopped, Progress: "booting"}},
+		want: shown{keep: true}},
+	{name: "terminated", status: servesA,
+		o:    observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateTerminated}},
+		want: falseFor(egressv1.ReasonInstanceStopped, "instance a terminated; deleting it to create it anew", "")},
+	{name: "started, not running yet: still stopped", status: provisionsA,
+		o:    observation{seen: instanceStarted, inst: provider.Instance{ID: "a", State: provider.StateProvisioning}},
+		want: shown{keep: true}},
+	{name: "started, with progress", status: provisionsA,
+		o:    observation{seen: instanceStarted, inst: provider.Instance{ID: "a", State: provider.StateProvisioning, Progress: "booting"}},
+		want: falseFor(egressv1.ReasonProvisioning, "instance a is resuming: booting", egressv1.PhaseProvisioning)},
+	{name: "an interrupted create resumes", status: provisionsA,
+		o:    observation{seen: instanceStarted, inst: provider.Instance{ID: "a", State: provider.StateProvisioning}, interrupted: true},
+		want: falseFor(egressv1.ReasonProvisioning, "instance a is resuming", egressv1.PhaseProvisioning)},
+	{name: "lost with nothing else serving", status: servesA, then: lost,
+		o:    observation{seen: instanceLost, id: "a"},
+		want: falseFor(egressv1.ReasonInstanceLost, "instance a is gone from the backend; creating it again", "")},
+
+	// A replacement: the retiring instance serves until the new one runs.
+	{name: "replacement provisioning", status: replacesAWithB,
+		o:    observation{seen: instanceSeen, inst: provider.Instance{ID: "b", State: provider.StateProvisioning}},
+		want: whileReplacing("instance b is Provisioning")},
+	{name: "replacement vanishes while the retiring instance serves", status: replacesAWithB, then: lost,
+		o:    observation{seen: instanceLost, id: "b"},
+		want: whileReplacing("instance b is gone from the backend; creating it again")},
+	{name: "replacement stopped", status: replacesAWithB,
+		o:    observation{seen: instanceSeen, inst: provider.Instance{ID: "b", State: provider.StateStopped}},
+		want: whileReplacing("instance b stopped; starting it again")},
+	{name: "retiring instance vanished: nothing serves", status: replacesAWithB, then: retiredGone,
+		o:    observation{seen: instanceSeen, inst: provider.Instance{ID: "b", State: provider.StateProvisioning}},
+		want: falseFor(egressv1.ReasonProvisioning, "instance b is Provisioning", egressv1.PhaseProvisioning)},
+	{name: "replacement runs: cut over", status: replacesAWithB, then: cutover,
+		o: observation{seen: instanceSeen, inst: provider.Instance{ID: "b", State: provider.StateRunning, IP: "10.0.0.2"}},
+		want: shown{ready: metav1.ConditionTrue, reason: egressv1.ReasonRunning, message: "serving at 10.0.0.2:3128",
+			phase: egressv1.PhaseRunning, address: setAddress, ip: "10.0.0.2", endpoint: "10.0.0.2:3128"}},
+	{name: "superseded backlog", status: provisionsA,
+		o:    observation{seen: supersededBacklog, backlog: 16, next: "B"},
+		want: falseFor(egressv1.ReasonProvisioning, "waiting for 16 superseded instances to be deleted before creating B", "")},
+	{name: "superseded backlog while replacing", status: replacesAWithB,
+		o:    observation{seen: supersededBacklog, backlog: 16, next: "C"},
+		want: whileReplacing("waiting for 16 superseded instances to be deleted before creating C")},
+
+	// Provider failures, by class and by what serves.
+	{name: "transient, nothing serving", status: provisionsA, o: observation{seen: failure, err: errTransient},
+		want: falseFor(egressv1.ReasonBackendError, errTransient.Error(), egressv1.PhaseProvisioning)},
+	{name: "transient while serving keeps Ready", status: servesA, o: observation{seen: failure, err: errTransient},
+		want: shown{keep: true}},
+	{name: "transient while replacing keeps Ready", status: replacesAWithB, o: observation{seen: failure, err: errTransient},
+		want: shown{keep: true}},
+	{name: "quota, nothing serving", status: nothingYet, o: observation{seen: failure, err: errQuota},
+		want: falseFor(egressv1.ReasonQuotaExceeded, errQuota.Error(), egressv1.PhaseProvisioning)},
+	{name: "quota while serving", status: servesA, o: observation{seen: failure, err: errQuota},
+		want: falseFor(egressv1.ReasonQuotaExceeded, errQuota.Error(), "")},
+	{name: "quota while replacing warns", status: replacesAWithB, o: observation{seen: failure, err: errQuota},
+		want: warned(whileReplacing(errQuota.Error()), egressv1.ReasonQuotaExceeded, errQuota)},
+	{name: "permanent, nothing serving", status: nothingYet, o: observation{seen: failure, err: errPermanent},
+		want: falseFor(egressv1.ReasonPermanentFailure, errPermanent.Error(), egressv1.PhaseFailed)},
+	{name: "permanent while serving", status: servesA, o: observation{seen: failure, err: errPermanent},
+		want: falseFor(egressv1.ReasonPermanentFailure, errPermanent.Error(), "")},
+	{name: "permanent while replacing warns", status: replacesAWithB, o: observation{seen: failure, err: errPermanent},
+		want: warned(whileReplacing(errPermanent.Error()), egressv1.ReasonPermanentFailure, errPermanent)},
+
+	// Configuration the Proxy waits on.
+	{name: "provider not found", status: servesA, o: observation{seen: noProvider},
+		want: shown{ready: metav1.ConditionFalse, reason: egressv1.ReasonProviderNotFound,
+			message: `spec.provider "pool" names no entry in the operator's providers config`, phase: egressv1.PhasePending}},
+	{name: "cloud-init Secret missing before any instance", status: nothingYet,
+		o: observation{seen: cloudInitUnresolved, err: &cloudInitError{missing: true, msg: "no Secret"}},
+		want: shown{ready: metav1.ConditionFalse, reason: egressv1.ReasonCloudInitSecretNotFound, message: "no Secret",
+			phase: egressv1.PhasePending}},
+	{name: "cloud-init Secret missing with an instance", status: servesA,
+		o:    observation{seen: cloudInitUnresolved, err: &cloudInitError{missing: true, msg: "no Secret"}},
+		want: shown{ready: metav1.ConditionFalse, reason: egressv1.ReasonCloudInitSecretNotFound, message: "no Secret"}},
+	{name: "cloud-init Secret unreadable", status: nothingYet,
+		o: observation{seen: cloudInitUnresolved, err: &cloudInitError{msg: "reading failed"}},
+		want: shown{ready: metav1.ConditionFalse, reason: egressv1.ReasonBackendError, message: "reading failed",
+			phase: egressv1.PhasePending}},
+
+	// Deletion.
+	{name: "deleting", status: servesA, deleting: true, o: observation{seen: deletingInstance, id: "a"},
+		want: deletingShows(egressv1.ReasonDeleting, "deleting instance a")},
+	{name: "deleting with the provider gone", status: servesA, deleting: true, o: observation{seen: noProvider, id: "a"},
+		want: deletingShows(egressv1.ReasonProviderNotFound, `cannot delete instance a: spec.provider "pool" names no entry in the providers config; add it back, or set the annotation `+
+			egressv1.AnnotationForceRelease+`=true to abandon the instance`)},
+	{name: "deleting, transient", status: replacesAWithB, deleting: true, o: observation{seen: failure, err: errTransient},
+		want: deletingShows(egressv1.ReasonBackendError, "deleting the instance: "+errTransient.Error())},
+	{name: "deleting, quota", status: servesA, deleting: true, o: observation{seen: failure, err: errQuota},
+		want: deletingShows(egressv1.ReasonQuotaExceeded, "deleting the instance: "+errQuota.Error())},
+	{name: "deleting, permanent", status: servesA, deleting: true, o: observation{seen: failure, err: errPermanent},
+		want: deletingShows(egressv1.ReasonPermanentFailure, "deleting the instance: "+errPermanent.Error())},
+}
+
+// TestDeriveStatus: what each observation shows, with the transition the
+// pass ran before it (lost, retiredGone, cutover) taken through the real
+// state machine.
+func TestDeriveStatus(t *testing.T) {
+	for _, row := range statusTable {
+		t.Run(row.name, func(t *testing.T) {
+			px := &egressv1.Proxy{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", Generation: 1},
+				Spec:       egressv1.ProxySpec{Provider: "pool"},
+				Status:     *row.status.DeepCopy(),
+			}
+			if row.deleting {
+				px.DeletionTimestamp = &metav1.Time{Time: time.Unix(1_800_000_000, 0)}
+			}
+			if row.then != nil {
+				row.then(recordOf(&px.Status)).store(&px.Status)
+			}
+			if got := deriveStatus(row.o.of(px)); got != row.want {
+				t.Errorf("deriveStatus:\n got  %+v\n want %+v", got, row.want)
+			}
+		})
+	}
+}
+
+// TestStatusTableCoversDocs: every reason docs/api.md lists for Ready, with
+// its Ready value, and every finding, has a row.
+func TestStatusTableCoversDocs(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "### The `Ready` condition")
+	if !ok {
+		t.Fatal("docs/api.md has no section on the Ready condition")
+	}
+	section, _, _ = strings.Cut(section, "\n### ")
+	covered := map[string]bool{}
+	findings := map[finding]bool{}
+	for _, row := range statusTable {
+		if !row.want.keep {
+			covered[string(row.want.ready)+"/"+row.want.reason] = true
+		}
+		findings[row.o.seen] = true
+	}
+	documented := regexp.MustCompile("(?m)^\\| `(\\w+)` \\| (True|False) \\|").FindAllStringSubmatch(section, -1)
+	if len(documented) < 11 {
+		t.Fatalf("found %d reasons in docs/api.md, want at least 11: the table's format changed?", len(documented))
+	}
+	for _, m := range documented {
+		if !covered[m[2]+"/"+m[1]] {
+			t.Errorf("reason %s (Ready %s) of docs/api.md: no row of the status table shows it", m[1], m[2])
+		}
+	}
+	for f := noProvider; f <= deletingInstance; f++ {
+		if !findings[f] {
+			t.Errorf("finding %d: no row of the status table", f)
+		}
+	}
+}
