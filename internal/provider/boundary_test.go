@@ -61,7 +61,7 @@ func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 	const name, typ = "eu-pool", "vmtype"
 	var logs testenv.LogLines
 	ctx := logs.Context(2)
-	p := provider.WithBoundary(name, typ, &bare{})
+	p := provider.WithBoundary(name, typ, &bare{}).Provider
 
 	inst, err := p.Create(ctx, provider.CreateRequest{Name: "proxy-ns-web-1", CloudInit: provider.Sensitive("SECRET-user-data")})
 	if err != nil || inst.ID != "vm/proxy-ns-web-1" {
@@ -105,7 +105,7 @@ func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 		provider.OpGet:    errors.New("connection reset"),
 		provider.OpDelete: provider.Errorf(provider.ErrPermanent, "forbidden"),
 		provider.OpList:   provider.Errorf(provider.ErrNotFound, "no such project"),
-	}})
+	}}).Provider
 	inst, err = failing.Create(ctx, provider.CreateRequest{Name: "n"})
 	if inst != (provider.Instance{}) {
 		t.Errorf("a failed Create returned %+v, want the zero Instance", inst)
@@ -141,14 +141,13 @@ func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 	}
 
 	// Check: the result's values and the notes on one line; the boundary
-	// is a Checker exactly when the provider is.
-	if _, ok := p.(provider.Checker); ok {
-		t.Error("the boundary of a provider without Check claims to be a Checker")
+	// has a Checker exactly when the provider is one.
+	if provider.WithBoundary(name, typ, &bare{}).Checker != nil {
+		t.Error("the boundary of a provider without Check has a Checker")
 	}
-	cp := provider.WithBoundary(name, typ, &bareChecker{})
-	c, ok := cp.(provider.Checker)
-	if !ok {
-		t.Fatal("the boundary of a Checker is no Checker")
+	c := provider.WithBoundary(name, typ, &bareChecker{}).Checker
+	if c == nil {
+		t.Fatal("the boundary of a Checker has no Checker")
 	}
 	if res := c.Check(ctx); res.Reason != provider.ReasonDegraded {
 		t.Errorf("Check = %+v", res)
@@ -160,7 +159,7 @@ func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 
 	// Unwrap reaches the provider itself (tests reach their doubles' knobs).
 	inner := &bare{}
-	if provider.Unwrap(provider.WithBoundary(name, typ, inner)) != provider.Provider(inner) {
+	if provider.Unwrap(provider.WithBoundary(name, typ, inner).Provider) != provider.Provider(inner) {
 		t.Error("Unwrap does not return the wrapped provider")
 	}
 	// A Note outside any boundary is harmless.
@@ -170,7 +169,7 @@ func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 // At V(0) the boundary writes nothing.
 func TestBoundaryQuietAtV0(t *testing.T) {
 	var logs testenv.LogLines
-	p := provider.WithBoundary("n", "t", &bare{})
+	p := provider.WithBoundary("n", "t", &bare{}).Provider
 	if _, err := p.Create(logs.Context(0), provider.CreateRequest{Name: "x"}); err != nil {
 		t.Fatal(err)
 	}
