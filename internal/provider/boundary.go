@@ -27,6 +27,9 @@ type Bounded struct {
 //     and the call's key (name for Create, id for Get, Delete and
 //     DeleteSecondary, uid for the OwnerLister's calls): the provider logs
 //     its own detail with logr.FromContextOrDiscard(ctx);
+//   - ends a lifecycle or owner call whose ctx has already ended before it
+//     reaches the provider, with ctx's error (Transient), as every provider
+//     did first thing;
 //   - wraps the error with the configured name and the operation (Wrap keeps
 //     a class decided at the source; an unclassified error is Transient),
 //     and returns the zero Instance with it;
@@ -145,6 +148,17 @@ func (at configured) begin(ctx context.Context, op string, kv ...any) (context.C
 	return context.WithValue(logr.NewContext(ctx, log), notesKey{}, c.notes), c
 }
 
+// enter is begin for a call that returns an error: when ctx has already
+// ended, the call ends here with ctx's error, which Wrap names and classes
+// Transient, and the provider is not reached.
+func (at configured) enter(ctx context.Context, op string, kv ...any) (context.Context, *call, error) {
+	ctx, c := at.begin(ctx, op, kv...)
+	if err := ctx.Err(); err != nil {
+		return ctx, c, c.end(err)
+	}
+	return ctx, c, nil
+}
+
 // end names and classifies err and writes the outcome line; kv are the
 // result's values, logged on success.
 func (c *call) end(err error, kv ...any) error {
@@ -179,7 +193,10 @@ func instanceValues(inst Instance, withID bool) []any {
 }
 
 func (b *boundary) Create(ctx context.Context, req CreateRequest) (Instance, error) {
-	ctx, c := b.begin(ctx, OpCreate, "name", req.Name)
+	ctx, c, err := b.enter(ctx, OpCreate, "name", req.Name)
+	if err != nil {
+		return Instance{}, err
+	}
 	inst, err := b.inner.Create(ctx, req)
 	if err != nil {
 		return Instance{}, c.end(err)
@@ -188,7 +205,10 @@ func (b *boundary) Create(ctx context.Context, req CreateRequest) (Instance, err
 }
 
 func (b *boundary) Get(ctx context.Context, id string) (Instance, error) {
-	ctx, c := b.begin(ctx, OpGet, "id", id)
+	ctx, c, err := b.enter(ctx, OpGet, "id", id)
+	if err != nil {
+		return Instance{}, err
+	}
 	inst, err := b.inner.Get(ctx, id)
 	if err != nil {
 		return Instance{}, c.end(err)
@@ -197,12 +217,18 @@ func (b *boundary) Get(ctx context.Context, id string) (Instance, error) {
 }
 
 func (b *boundary) Delete(ctx context.Context, id string) error {
-	ctx, c := b.begin(ctx, OpDelete, "id", id)
+	ctx, c, err := b.enter(ctx, OpDelete, "id", id)
+	if err != nil {
+		return err
+	}
 	return c.end(b.inner.Delete(ctx, id))
 }
 
 func (b *boundary) ListByTag(ctx context.Context) ([]Instance, error) {
-	ctx, c := b.begin(ctx, OpList)
+	ctx, c, err := b.enter(ctx, OpList)
+	if err != nil {
+		return nil, err
+	}
 	list, err := b.inner.ListByTag(ctx)
 	if err != nil {
 		return nil, c.end(err)
@@ -210,7 +236,8 @@ func (b *boundary) ListByTag(ctx context.Context) ([]Instance, error) {
 	return list, c.end(nil, "instances", len(list))
 }
 
-// Check has no error to wrap: its outcome line carries the result.
+// Check has no error to wrap: its outcome line carries the result, and a
+// provider reports an ended ctx in the result's reason itself.
 func (k checkBoundary) Check(ctx context.Context) CheckResult {
 	ctx, c := k.begin(ctx, OpCheck)
 	res := k.inner.Check(ctx)
@@ -224,6 +251,9 @@ func (k checkBoundary) Check(ctx context.Context) CheckResult {
 	return res
 }
 
+// The secondary calls are not ended at the boundary when their ctx has
+// ended: libvirt's then name another operation (list, delete), which
+// ending them here would rename. Each provider checks ctx in them.
 func (s secondaryBoundary) ListSecondary(ctx context.Context) ([]Secondary, error) {
 	ctx, c := s.begin(ctx, OpListSecondary)
 	list, err := s.inner.ListSecondary(ctx)
@@ -239,7 +269,10 @@ func (s secondaryBoundary) DeleteSecondary(ctx context.Context, id string) error
 }
 
 func (o ownerBoundary) ListOwnedInstances(ctx context.Context, uid string) ([]Instance, error) {
-	ctx, c := o.begin(ctx, OpListOwnedInstances, "uid", uid)
+	ctx, c, err := o.enter(ctx, OpListOwnedInstances, "uid", uid)
+	if err != nil {
+		return nil, err
+	}
 	list, err := o.inner.ListOwnedInstances(ctx, uid)
 	if err != nil {
 		return nil, c.end(err)
@@ -248,7 +281,10 @@ func (o ownerBoundary) ListOwnedInstances(ctx context.Context, uid string) ([]In
 }
 
 func (o ownerBoundary) ListOwnedSecondaries(ctx context.Context, uid string) ([]Secondary, error) {
-	ctx, c := o.begin(ctx, OpListOwnedSecondaries, "uid", uid)
+	ctx, c, err := o.enter(ctx, OpListOwnedSecondaries, "uid", uid)
+	if err != nil {
+		return nil, err
+	}
 	list, err := o.inner.ListOwnedSecondaries(ctx, uid)
 	if err != nil {
 		return nil, c.end(err)
