@@ -43,8 +43,8 @@ func gcpEntryAt(t *testing.T, env *gcptest.Env, endpoint string, poll time.Durat
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	b := provider.WithBoundary("gce", gcp.Type, p)
-	return &registry.Entry{Name: "gce", Type: gcp.Type, Provider: b, Checker: b.(provider.Checker),
-		Secondary: b.(provider.SecondaryLister), PollInterval: poll}
+	return &registry.Entry{Name: "gce", Type: gcp.Type, Provider: b.Provider, Checker: b.Checker,
+		Secondary: b.Secondary, PollInterval: poll}
 }
 
 // countingLimiter records what the reconciler asks a backoff for.

@@ -42,12 +42,8 @@ func proxmoxEntry(t *testing.T, fake *fakepve.Server, fullClone bool) *registry.
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	b := provider.WithBoundary("pve", proxmox.Type, p)
-	e := &registry.Entry{Name: "pve", Type: proxmox.Type, Provider: b, Checker: b.(provider.Checker),
-		PollInterval: proxmox.PollInterval}
-	if s, ok := b.(provider.SecondaryLister); ok {
-		e.Secondary = s
-	}
-	return e
+	return &registry.Entry{Name: "pve", Type: proxmox.Type, Provider: b.Provider, Checker: b.Checker,
+		Secondary: b.Secondary, PollInterval: proxmox.PollInterval}
 }
 
 var cloneProgress = regexp.MustCompile(`clone task [0-9]+%`)

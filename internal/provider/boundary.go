@@ -7,14 +7,29 @@ import (
 	"github.com/go-logr/logr"
 )
 
+// Bounded is a provider behind the method boundary, one wrapper for each
+// interface it implements: Checker, Secondary and Owned are nil when the
+// provider is not one. The pieces stay apart, as registry.Entry keeps them,
+// so that nobody asserts an optional interface on Provider and no wrapper
+// exists for a combination of them.
+type Bounded struct {
+	Provider  Provider
+	Checker   Checker
+	Secondary SecondaryLister
+	Owned     OwnerLister
+}
+
 // WithBoundary puts p behind the one method boundary every provider call
 // crosses, so that no provider repeats it. Around each call it
 //
 //   - gives the call a ctx whose logger is ctx's own (the reconcile's values,
 //     the span's IDs), named after providerType and tagged provider=<name>
 //     and the call's key (name for Create, id for Get, Delete and
-//     DeleteSecondary): the provider logs its own detail with
-//     logr.FromContextOrDiscard(ctx);
+//     DeleteSecondary, uid for the OwnerLister's calls): the provider logs
+//     its own detail with logr.FromContextOrDiscard(ctx);
+//   - ends a lifecycle or owner call whose ctx has already ended before it
+//     reaches the provider, with ctx's error (Transient), as every provider
+//     did first thing;
 //   - wraps the error with the configured name and the operation (Wrap keeps
 //     a class decided at the source; an unclassified error is Transient),
 //     and returns the zero Instance with it;
@@ -22,23 +37,21 @@ import (
 //     State and IP and whatever the provider noted with Note, or
 //     "<op> failed" with the notes, the class and the error.
 //
-// The result is a Checker exactly when p is one, and a SecondaryLister
-// exactly when p is one (its calls keyed by id for DeleteSecondary); Unwrap
-// reaches p. The registry applies it to every entry it builds (under the
-// telemetry decorators, so outcome lines carry the span's IDs), and the
-// conformance suite to every provider it tests, so both exercise the same
-// path.
-func WithBoundary(name, providerType string, p Provider) Provider {
-	b := &boundary{name: name, typ: providerType, inner: p}
-	c, isChecker := p.(Checker)
-	s, isLister := p.(SecondaryLister)
-	switch {
-	case isChecker && isLister:
-		return &fullBoundary{boundary: b, checkPart: checkPart{b, c}, secondaryPart: secondaryPart{b, s}}
-	case isChecker:
-		return &checkingBoundary{boundary: b, checkPart: checkPart{b, c}}
-	case isLister:
-		return &secondaryBoundary{boundary: b, secondaryPart: secondaryPart{b, s}}
+// Unwrap reaches p from the result's Provider. The registry applies it to
+// every entry it builds (under the telemetry decorators, so outcome lines
+// carry the span's IDs), and the conformance suite to every provider it
+// tests, so both exercise the same path.
+func WithBoundary(name, providerType string, p Provider) Bounded {
+	at := configured{name: name, typ: providerType}
+	b := Bounded{Provider: &boundary{configured: at, inner: p}}
+	if c, ok := p.(Checker); ok {
+		b.Checker = checkBoundary{configured: at, inner: c}
+	}
+	if s, ok := p.(SecondaryLister); ok {
+		b.Secondary = secondaryBoundary{configured: at, inner: s}
+	}
+	if o, ok := p.(OwnerLister); ok {
+		b.Owned = ownerBoundary{configured: at, inner: o}
 	}
 	return b
 }
@@ -87,47 +100,35 @@ func (n *notes) values() []any {
 	return append([]any(nil), n.kv...)
 }
 
-type boundary struct {
-	name, typ string
-	inner     Provider
-}
+// configured is the entry a boundary's calls are made for: its name and
+// type name their loggers and errors.
+type configured struct{ name, typ string }
 
-// The optional interfaces' halves of the boundary; each names the
-// boundary it belongs to rather than embedding it, so that the
-// combinations below promote every method without ambiguity.
+// The boundary's wrappers, one per interface.
 type (
-	checkPart struct {
-		b       *boundary
-		checker Checker
+	boundary struct {
+		configured
+		inner Provider
 	}
-	secondaryPart struct {
-		b     *boundary
-		lists SecondaryLister
-	}
-)
-
-type (
-	checkingBoundary struct {
-		*boundary
-		checkPart
+	checkBoundary struct {
+		configured
+		inner Checker
 	}
 	secondaryBoundary struct {
-		*boundary
-		secondaryPart
+		configured
+		inner SecondaryLister
 	}
-	fullBoundary struct {
-		*boundary
-		checkPart
-		secondaryPart
+	ownerBoundary struct {
+		configured
+		inner OwnerLister
 	}
 )
 
 var (
 	_ Provider        = (*boundary)(nil)
-	_ Checker         = (*checkingBoundary)(nil)
-	_ SecondaryLister = (*secondaryBoundary)(nil)
-	_ Checker         = (*fullBoundary)(nil)
-	_ SecondaryLister = (*fullBoundary)(nil)
+	_ Checker         = checkBoundary{}
+	_ SecondaryLister = secondaryBoundary{}
+	_ OwnerLister     = ownerBoundary{}
 )
 
 // Unwrap returns the provider behind the boundary.
@@ -135,23 +136,33 @@ func (b *boundary) Unwrap() Provider { return b.inner }
 
 // call is one provider call crossing the boundary.
 type call struct {
-	b     *boundary
-	op    string
-	log   logr.Logger
-	notes *notes
+	name, op string
+	log      logr.Logger
+	notes    *notes
 }
 
 // begin opens a call of op; kv are the call's key values, on every line.
-func (b *boundary) begin(ctx context.Context, op string, kv ...any) (context.Context, *call) {
-	log := logr.FromContextOrDiscard(ctx).WithName(b.typ).WithValues(append([]any{"provider", b.name}, kv...)...)
-	c := &call{b: b, op: op, log: log, notes: &notes{}}
+func (at configured) begin(ctx context.Context, op string, kv ...any) (context.Context, *call) {
+	log := logr.FromContextOrDiscard(ctx).WithName(at.typ).WithValues(append([]any{"provider", at.name}, kv...)...)
+	c := &call{name: at.name, op: op, log: log, notes: &notes{}}
 	return context.WithValue(logr.NewContext(ctx, log), notesKey{}, c.notes), c
+}
+
+// enter is begin for a call that returns an error: when ctx has already
+// ended, the call ends here with ctx's error, which Wrap names and classes
+// Transient, and the provider is not reached.
+func (at configured) enter(ctx context.Context, op string, kv ...any) (context.Context, *call, error) {
+	ctx, c := at.begin(ctx, op, kv...)
+	if err := ctx.Err(); err != nil {
+		return ctx, c, c.end(err)
+	}
+	return ctx, c, nil
 }
 
 // end names and classifies err and writes the outcome line; kv are the
 // result's values, logged on success.
 func (c *call) end(err error, kv ...any) error {
-	err = Wrap(c.b.name, c.op, nil, err)
+	err = Wrap(c.name, c.op, nil, err)
 	v := c.log.V(1)
 	if !v.Enabled() {
 		return err
@@ -182,7 +193,10 @@ func instanceValues(inst Instance, withID bool) []any {
 }
 
 func (b *boundary) Create(ctx context.Context, req CreateRequest) (Instance, error) {
-	ctx, c := b.begin(ctx, OpCreate, "name", req.Name)
+	ctx, c, err := b.enter(ctx, OpCreate, "name", req.Name)
+	if err != nil {
+		return Instance{}, err
+	}
 	inst, err := b.inner.Create(ctx, req)
 	if err != nil {
 		return Instance{}, c.end(err)
@@ -191,7 +205,10 @@ func (b *boundary) Create(ctx context.Context, req CreateRequest) (Instance, err
 }
 
 func (b *boundary) Get(ctx context.Context, id string) (Instance, error) {
-	ctx, c := b.begin(ctx, OpGet, "id", id)
+	ctx, c, err := b.enter(ctx, OpGet, "id", id)
+	if err != nil {
+		return Instance{}, err
+	}
 	inst, err := b.inner.Get(ctx, id)
 	if err != nil {
 		return Instance{}, c.end(err)
@@ -200,12 +217,18 @@ func (b *boundary) Get(ctx context.Context, id string) (Instance, error) {
 }
 
 func (b *boundary) Delete(ctx context.Context, id string) error {
-	ctx, c := b.begin(ctx, OpDelete, "id", id)
+	ctx, c, err := b.enter(ctx, OpDelete, "id", id)
+	if err != nil {
+		return err
+	}
 	return c.end(b.inner.Delete(ctx, id))
 }
 
 func (b *boundary) ListByTag(ctx context.Context) ([]Instance, error) {
-	ctx, c := b.begin(ctx, OpList)
+	ctx, c, err := b.enter(ctx, OpList)
+	if err != nil {
+		return nil, err
+	}
 	list, err := b.inner.ListByTag(ctx)
 	if err != nil {
 		return nil, c.end(err)
@@ -213,10 +236,11 @@ func (b *boundary) ListByTag(ctx context.Context) ([]Instance, error) {
 	return list, c.end(nil, "instances", len(list))
 }
 
-// Check has no error to wrap: its outcome line carries the result.
-func (k checkPart) Check(ctx context.Context) CheckResult {
-	ctx, c := k.b.begin(ctx, OpCheck)
-	res := k.checker.Check(ctx)
+// Check has no error to wrap: its outcome line carries the result, and a
+// provider reports an ended ctx in the result's reason itself.
+func (k checkBoundary) Check(ctx context.Context) CheckResult {
+	ctx, c := k.begin(ctx, OpCheck)
+	res := k.inner.Check(ctx)
 	if v := c.log.V(1); v.Enabled() {
 		kv := []any{"healthy", res.Healthy, "reason", res.Reason, "message", res.Message}
 		if len(res.Details) > 0 {
@@ -227,16 +251,43 @@ func (k checkPart) Check(ctx context.Context) CheckResult {
 	return res
 }
 
-func (s secondaryPart) ListSecondary(ctx context.Context) ([]Secondary, error) {
-	ctx, c := s.b.begin(ctx, OpListSecondary)
-	list, err := s.lists.ListSecondary(ctx)
+// The secondary calls are not ended at the boundary when their ctx has
+// ended: libvirt's then name another operation (list, delete), which
+// ending them here would rename. Each provider checks ctx in them.
+func (s secondaryBoundary) ListSecondary(ctx context.Context) ([]Secondary, error) {
+	ctx, c := s.begin(ctx, OpListSecondary)
+	list, err := s.inner.ListSecondary(ctx)
 	if err != nil {
 		return nil, c.end(err)
 	}
 	return list, c.end(nil, "secondaries", len(list))
 }
 
-func (s secondaryPart) DeleteSecondary(ctx context.Context, id string) error {
-	ctx, c := s.b.begin(ctx, OpDeleteSecondary, "id", id)
-	return c.end(s.lists.DeleteSecondary(ctx, id))
+func (s secondaryBoundary) DeleteSecondary(ctx context.Context, id string) error {
+	ctx, c := s.begin(ctx, OpDeleteSecondary, "id", id)
+	return c.end(s.inner.DeleteSecondary(ctx, id))
+}
+
+func (o ownerBoundary) ListOwnedInstances(ctx context.Context, uid string) ([]Instance, error) {
+	ctx, c, err := o.enter(ctx, OpListOwnedInstances, "uid", uid)
+	if err != nil {
+		return nil, err
+	}
+	list, err := o.inner.ListOwnedInstances(ctx, uid)
+	if err != nil {
+		return nil, c.end(err)
+	}
+	return list, c.end(nil, "instances", len(list))
+}
+
+func (o ownerBoundary) ListOwnedSecondaries(ctx context.Context, uid string) ([]Secondary, error) {
+	ctx, c, err := o.enter(ctx, OpListOwnedSecondaries, "uid", uid)
+	if err != nil {
+		return nil, err
+	}
+	list, err := o.inner.ListOwnedSecondaries(ctx, uid)
+	if err != nil {
+		return nil, c.end(err)
+	}
+	return list, c.end(nil, "secondaries", len(list))
 }

@@ -63,29 +63,29 @@ func TestBoundarySecondaryLister(t *testing.T) {
 	var logs testenv.LogLines
 	ctx := logs.Context(2)
 
-	if _, ok := provider.WithBoundary(name, typ, &bare{}).(provider.SecondaryLister); ok {
-		t.Error("the boundary of a provider without secondaries claims to be a SecondaryLister")
+	if provider.WithBoundary(name, typ, &bare{}).Secondary != nil {
+		t.Error("the boundary of a provider without secondaries has a SecondaryLister")
 	}
-	if _, ok := provider.WithBoundary(name, typ, &bareChecker{}).(provider.SecondaryLister); ok {
-		t.Error("the boundary of a Checker without secondaries claims to be a SecondaryLister")
+	if provider.WithBoundary(name, typ, &bareChecker{}).Secondary != nil {
+		t.Error("the boundary of a Checker without secondaries has a SecondaryLister")
 	}
 	inner := &bareSecondary{}
 	p := provider.WithBoundary(name, typ, inner)
-	if _, ok := p.(provider.Checker); ok {
-		t.Error("the boundary of a SecondaryLister without Check claims to be a Checker")
+	if p.Checker != nil {
+		t.Error("the boundary of a SecondaryLister without Check has a Checker")
 	}
-	sl, ok := p.(provider.SecondaryLister)
-	if !ok {
-		t.Fatal("the boundary of a SecondaryLister is no SecondaryLister")
+	sl := p.Secondary
+	if sl == nil {
+		t.Fatal("the boundary of a SecondaryLister has no SecondaryLister")
 	}
 	both := provider.WithBoundary(name, typ, &bareCheckingSecondary{})
-	if _, ok := both.(provider.SecondaryLister); !ok {
-		t.Error("the boundary of a checking SecondaryLister is no SecondaryLister")
+	if both.Secondary == nil {
+		t.Error("the boundary of a checking SecondaryLister has no SecondaryLister")
 	}
-	if _, ok := both.(provider.Checker); !ok {
-		t.Error("the boundary of a checking SecondaryLister is no Checker")
+	if both.Checker == nil {
+		t.Error("the boundary of a checking SecondaryLister has no Checker")
 	}
-	if provider.Unwrap(p) != provider.Provider(inner) {
+	if provider.Unwrap(p.Provider) != provider.Provider(inner) {
 		t.Error("Unwrap does not return the wrapped SecondaryLister")
 	}
 
@@ -109,7 +109,7 @@ func TestBoundarySecondaryLister(t *testing.T) {
 	failing := provider.WithBoundary(name, typ, &bareSecondary{bare: bare{fail: map[string]error{
 		provider.OpListSecondary:   errors.New("connection reset"),
 		provider.OpDeleteSecondary: provider.Errorf(provider.ErrPermanent, "forbidden"),
-	}}}).(provider.SecondaryLister)
+	}}}).Secondary
 	list, listErr := failing.ListSecondary(ctx)
 	if list != nil {
 		t.Errorf("a failed ListSecondary returned %+v, want nil", list)

@@ -3,8 +3,10 @@ package provider_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -61,7 +63,7 @@ func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 	const name, typ = "eu-pool", "vmtype"
 	var logs testenv.LogLines
 	ctx := logs.Context(2)
-	p := provider.WithBoundary(name, typ, &bare{})
+	p := provider.WithBoundary(name, typ, &bare{}).Provider
 
 	inst, err := p.Create(ctx, provider.CreateRequest{Name: "proxy-ns-web-1", CloudInit: provider.Sensitive("SECRET-user-data")})
 	if err != nil || inst.ID != "vm/proxy-ns-web-1" {
@@ -105,7 +107,7 @@ func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 		provider.OpGet:    errors.New("connection reset"),
 		provider.OpDelete: provider.Errorf(provider.ErrPermanent, "forbidden"),
 		provider.OpList:   provider.Errorf(provider.ErrNotFound, "no such project"),
-	}})
+	}}).Provider
 	inst, err = failing.Create(ctx, provider.CreateRequest{Name: "n"})
 	if inst != (provider.Instance{}) {
 		t.Errorf("a failed Create returned %+v, want the zero Instance", inst)
@@ -141,14 +143,13 @@ func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 	}
 
 	// Check: the result's values and the notes on one line; the boundary
-	// is a Checker exactly when the provider is.
-	if _, ok := p.(provider.Checker); ok {
-		t.Error("the boundary of a provider without Check claims to be a Checker")
+	// has a Checker exactly when the provider is one.
+	if provider.WithBoundary(name, typ, &bare{}).Checker != nil {
+		t.Error("the boundary of a provider without Check has a Checker")
 	}
-	cp := provider.WithBoundary(name, typ, &bareChecker{})
-	c, ok := cp.(provider.Checker)
-	if !ok {
-		t.Fatal("the boundary of a Checker is no Checker")
+	c := provider.WithBoundary(name, typ, &bareChecker{}).Checker
+	if c == nil {
+		t.Fatal("the boundary of a Checker has no Checker")
 	}
 	if res := c.Check(ctx); res.Reason != provider.ReasonDegraded {
 		t.Errorf("Check = %+v", res)
@@ -160,7 +161,7 @@ func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 
 	// Unwrap reaches the provider itself (tests reach their doubles' knobs).
 	inner := &bare{}
-	if provider.Unwrap(provider.WithBoundary(name, typ, inner)) != provider.Provider(inner) {
+	if provider.Unwrap(provider.WithBoundary(name, typ, inner).Provider) != provider.Provider(inner) {
 		t.Error("Unwrap does not return the wrapped provider")
 	}
 	// A Note outside any boundary is harmless.
@@ -170,11 +171,130 @@ func TestBoundaryGivesABareProviderOutcomeLinesAndNamedErrors(t *testing.T) {
 // At V(0) the boundary writes nothing.
 func TestBoundaryQuietAtV0(t *testing.T) {
 	var logs testenv.LogLines
-	p := provider.WithBoundary("n", "t", &bare{})
+	p := provider.WithBoundary("n", "t", &bare{}).Provider
 	if _, err := p.Create(logs.Context(0), provider.CreateRequest{Name: "x"}); err != nil {
 		t.Fatal(err)
 	}
 	if s := logs.String(); s != "" {
 		t.Errorf("V(0) logged %q", s)
+	}
+}
+
+// reached records which calls reached it; it is every optional interface.
+type reached struct {
+	bare
+	calls []string
+}
+
+func (r *reached) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
+	r.calls = append(r.calls, provider.OpCreate)
+	return r.bare.Create(ctx, req)
+}
+
+func (r *reached) Get(ctx context.Context, id string) (provider.Instance, error) {
+	r.calls = append(r.calls, provider.OpGet)
+	return r.bare.Get(ctx, id)
+}
+
+func (r *reached) Delete(ctx context.Context, id string) error {
+	r.calls = append(r.calls, provider.OpDelete)
+	return r.bare.Delete(ctx, id)
+}
+
+func (r *reached) ListByTag(ctx context.Context) ([]provider.Instance, error) {
+	r.calls = append(r.calls, provider.OpList)
+	return r.bare.ListByTag(ctx)
+}
+
+func (r *reached) Check(context.Context) provider.CheckResult {
+	r.calls = append(r.calls, provider.OpCheck)
+	return provider.CheckResult{Reason: provider.ReasonTimeout}
+}
+
+func (r *reached) ListSecondary(context.Context) ([]provider.Secondary, error) {
+	r.calls = append(r.calls, provider.OpListSecondary)
+	return nil, nil
+}
+
+func (r *reached) DeleteSecondary(context.Context, string) error {
+	r.calls = append(r.calls, provider.OpDeleteSecondary)
+	return nil
+}
+
+func (r *reached) ListOwnedInstances(context.Context, string) ([]provider.Instance, error) {
+	r.calls = append(r.calls, provider.OpListOwnedInstances)
+	return nil, nil
+}
+
+func (r *reached) ListOwnedSecondaries(context.Context, string) ([]provider.Secondary, error) {
+	r.calls = append(r.calls, provider.OpListOwnedSecondaries)
+	return nil, nil
+}
+
+// TestBoundaryEndsACallWhoseCtxHasEnded (issue 20): a lifecycle or owner
+// call whose ctx has already ended ends at the boundary, as every provider
+// ended it first thing: a Transient *provider.Error naming the configured
+// provider and the operation, wrapping ctx's error, one failed outcome
+// line, and the provider not reached. Check reports an ended ctx in its
+// result, and the secondary calls check their ctx in the provider, so
+// both still reach it.
+func TestBoundaryEndsACallWhoseCtxHasEnded(t *testing.T) {
+	const name, typ = "eu-pool", "vmtype"
+	var logs testenv.LogLines
+	inner := &reached{}
+	b := provider.WithBoundary(name, typ, inner)
+	for _, ended := range []struct {
+		why  string
+		ctx  func() context.Context
+		want error
+	}{
+		{"cancelled", func() context.Context {
+			ctx, cancel := context.WithCancel(logs.Context(1))
+			cancel()
+			return ctx
+		}, context.Canceled},
+		{"past its deadline", func() context.Context {
+			ctx, cancel := context.WithDeadline(logs.Context(1), time.Unix(1, 0))
+			t.Cleanup(cancel)
+			return ctx
+		}, context.DeadlineExceeded},
+	} {
+		ctx := ended.ctx()
+		for _, c := range []struct {
+			op   string
+			call func() error
+		}{
+			{provider.OpCreate, func() error { _, err := b.Provider.Create(ctx, provider.CreateRequest{Name: "n"}); return err }},
+			{provider.OpGet, func() error { _, err := b.Provider.Get(ctx, "vm/x"); return err }},
+			{provider.OpDelete, func() error { return b.Provider.Delete(ctx, "vm/x") }},
+			{provider.OpList, func() error { _, err := b.Provider.ListByTag(ctx); return err }},
+			{provider.OpListOwnedInstances, func() error { _, err := b.Owned.ListOwnedInstances(ctx, "u1"); return err }},
+			{provider.OpListOwnedSecondaries, func() error { _, err := b.Owned.ListOwnedSecondaries(ctx, "u1"); return err }},
+		} {
+			err := c.call()
+			var pe *provider.Error
+			if !errors.As(err, &pe) || pe.Provider != name || pe.Op != c.op {
+				t.Errorf("%s with a ctx %s: error %#v, want a *provider.Error naming %q and %q", c.op, ended.why, err, name, c.op)
+				continue
+			}
+			if !errors.Is(err, provider.ErrTransient) || !errors.Is(err, ended.want) {
+				t.Errorf("%s with a ctx %s: error %v (%s), want Transient wrapping %v", c.op, ended.why, err, provider.ClassName(err), ended.want)
+			}
+		}
+		if got := logs.Find(`"msg"="create failed"`, `"class"="Transient"`, `"error"="provider \"eu-pool\": create: `+ended.want.Error()+`"`); len(got) != 1 {
+			t.Errorf("want one create failed line for the ctx %s, got %q\nall:\n%s", ended.why, got, logs.String())
+		}
+	}
+	if len(inner.calls) != 0 {
+		t.Errorf("calls with an ended ctx reached the provider: %v", inner.calls)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	b.Checker.Check(ctx)
+	_, _ = b.Secondary.ListSecondary(ctx)
+	_ = b.Secondary.DeleteSecondary(ctx, "vol/x")
+	if want := []string{provider.OpCheck, provider.OpListSecondary, provider.OpDeleteSecondary}; !slices.Equal(inner.calls, want) {
+		t.Errorf("with an ended ctx, the provider got %v, want %v", inner.calls, want)
 	}
 }

@@ -122,7 +122,10 @@ func ClassName(err error) string {
 }
 
 // CtxErr reports ctx's error as a Transient error of op, so that every
-// provider ends a cancelled call the same way.
+// provider ends a cancelled call the same way. The method boundary ends a
+// lifecycle or owner call whose ctx ended before it began; a provider
+// calls CtxErr where it meets the end of ctx itself (between steps, in
+// Check, in the secondary calls).
 func CtxErr(ctx context.Context, providerName, op string) error {
 	if err := ctx.Err(); err != nil {
 		return &Error{Provider: providerName, Op: op, Class: ErrTransient, Err: err}

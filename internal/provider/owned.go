@@ -35,33 +35,3 @@ const (
 	OpListOwnedInstances   = "list_owned_instances"
 	OpListOwnedSecondaries = "list_owned_secondaries"
 )
-
-// WithOwnerBoundary puts o behind the method boundary WithBoundary gives
-// the other methods: the call's logger, the error named and classed, the
-// outcome line.
-func WithOwnerBoundary(name, providerType string, o OwnerLister) OwnerLister {
-	return ownerBoundary{b: &boundary{name: name, typ: providerType}, lists: o}
-}
-
-type ownerBoundary struct {
-	b     *boundary
-	lists OwnerLister
-}
-
-func (o ownerBoundary) ListOwnedInstances(ctx context.Context, uid string) ([]Instance, error) {
-	ctx, c := o.b.begin(ctx, OpListOwnedInstances, "uid", uid)
-	list, err := o.lists.ListOwnedInstances(ctx, uid)
-	if err != nil {
-		return nil, c.end(err)
-	}
-	return list, c.end(nil, "instances", len(list))
-}
-
-func (o ownerBoundary) ListOwnedSecondaries(ctx context.Context, uid string) ([]Secondary, error) {
-	ctx, c := o.b.begin(ctx, OpListOwnedSecondaries, "uid", uid)
-	list, err := o.lists.ListOwnedSecondaries(ctx, uid)
-	if err != nil {
-		return nil, c.end(err)
-	}
-	return list, c.end(nil, "secondaries", len(list))
-}

@@ -13,7 +13,8 @@ import (
 // decorators (spans, metrics) wrap exactly four methods.
 //
 // Every method honours ctx: when it is cancelled the call returns promptly
-// with an error whose class is Transient. No method holds its caller longer
+// with an error whose class is Transient (the method boundary ends a call
+// whose ctx had ended before it began, so a provider need not check first). No method holds its caller longer
 // than CallBound while the backend answers: work that takes longer runs in
 // the provider, keyed by instance name (internal/provider/inflight), and is
 // reported through Create and Get. The provider keeps nothing that a

@@ -31,20 +31,10 @@ const (
 	AttrErrorClass     = attribute.Key("error.class")
 )
 
-// Span names of the provider operations.
-const (
-	SpanCreate = "provider.create"
-	SpanGet    = "provider.get"
-	SpanDelete = "provider.delete"
-	SpanList   = "provider.list"
-	SpanCheck  = "provider.check"
-	// The SecondaryLister's calls.
-	SpanListSecondary   = "provider.list_secondary"
-	SpanDeleteSecondary = "provider.delete_secondary"
-	// The OwnerLister's calls.
-	SpanListOwnedInstances   = "provider.list_owned_instances"
-	SpanListOwnedSecondaries = "provider.list_owned_secondaries"
-)
+// spanName is the span name of provider operation op (provider.OpCreate
+// and the others): "provider.create" and so on. Dashboards and queries
+// depend on these names, as on the attribute keys.
+func spanName(op string) string { return "provider." + op }
 
 // proxyKey carries the Proxy a provider call is made for.
 type proxyKey struct{}
@@ -122,7 +112,7 @@ type call struct {
 // begin starts the call's span and clock. Attributes are only built when
 // tracing is on, so tracing off allocates nothing here. req is set for
 // Create, id for Get and Delete.
-func (m *meter) begin(ctx context.Context, op, spanName, id string, req *provider.CreateRequest) (context.Context, call) {
+func (m *meter) begin(ctx context.Context, op, id string, req *provider.CreateRequest) (context.Context, call) {
 	c := call{op: op, start: time.Now()}
 	if m.tracer == nil {
 		return ctx, c
@@ -149,7 +139,7 @@ func (m *meter) begin(ctx context.Context, op, spanName, id string, req *provide
 	if id != "" {
 		attrs = append(attrs, AttrInstanceID.String(id))
 	}
-	ctx, c.span = m.tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	ctx, c.span = m.tracer.Start(ctx, spanName(op), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	return withLogIDs(ctx, c.span.SpanContext()), c
 }
 
@@ -196,7 +186,7 @@ var _ provider.Provider = (*tracedProvider)(nil)
 func (p *tracedProvider) Unwrap() provider.Provider { return p.inner }
 
 func (p *tracedProvider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
-	ctx, c := p.m.begin(ctx, provider.OpCreate, SpanCreate, "", &req)
+	ctx, c := p.m.begin(ctx, provider.OpCreate, "", &req)
 	inst, err := p.inner.Create(ctx, req)
 	if c.span != nil && err == nil {
 		c.span.SetAttributes(AttrInstanceID.String(inst.ID), AttrInstanceState.String(string(inst.State)))
@@ -206,7 +196,7 @@ func (p *tracedProvider) Create(ctx context.Context, req provider.CreateRequest)
 }
 
 func (p *tracedProvider) Get(ctx context.Context, id string) (provider.Instance, error) {
-	ctx, c := p.m.begin(ctx, provider.OpGet, SpanGet, id, nil)
+	ctx, c := p.m.begin(ctx, provider.OpGet, id, nil)
 	inst, err := p.inner.Get(ctx, id)
 	if c.span != nil && err == nil {
 		c.span.SetAttributes(AttrInstanceState.String(string(inst.State)))
@@ -216,14 +206,14 @@ func (p *tracedProvider) Get(ctx context.Context, id string) (provider.Instance,
 }
 
 func (p *tracedProvider) Delete(ctx context.Context, id string) error {
-	ctx, c := p.m.begin(ctx, provider.OpDelete, SpanDelete, id, nil)
+	ctx, c := p.m.begin(ctx, provider.OpDelete, id, nil)
 	err := p.inner.Delete(ctx, id)
 	p.m.endErr(c, err)
 	return err
 }
 
 func (p *tracedProvider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
-	ctx, c := p.m.begin(ctx, provider.OpList, SpanList, "", nil)
+	ctx, c := p.m.begin(ctx, provider.OpList, "", nil)
 	out, err := p.inner.ListByTag(ctx)
 	if c.span != nil && err == nil {
 		c.span.SetAttributes(AttrInstanceCount.Int(len(out)))
@@ -239,7 +229,7 @@ type tracedChecker struct {
 }
 
 func (k *tracedChecker) Check(ctx context.Context) provider.CheckResult {
-	ctx, c := k.m.begin(ctx, provider.OpCheck, SpanCheck, "", nil)
+	ctx, c := k.m.begin(ctx, provider.OpCheck, "", nil)
 	r := k.inner.Check(ctx)
 	if c.span != nil {
 		c.span.SetAttributes(AttrCheckHealthy.Bool(r.Healthy), AttrCheckReason.String(r.Reason))
@@ -260,7 +250,7 @@ type tracedSecondary struct {
 }
 
 func (s *tracedSecondary) ListSecondary(ctx context.Context) ([]provider.Secondary, error) {
-	ctx, c := s.m.begin(ctx, provider.OpListSecondary, SpanListSecondary, "", nil)
+	ctx, c := s.m.begin(ctx, provider.OpListSecondary, "", nil)
 	out, err := s.inner.ListSecondary(ctx)
 	if c.span != nil && err == nil {
 		c.span.SetAttributes(AttrSecondaryCount.Int(len(out)))
@@ -270,7 +260,7 @@ func (s *tracedSecondary) ListSecondary(ctx context.Context) ([]provider.Seconda
 }
 
 func (s *tracedSecondary) DeleteSecondary(ctx context.Context, id string) error {
-	ctx, c := s.m.begin(ctx, provider.OpDeleteSecondary, SpanDeleteSecondary, "", nil)
+	ctx, c := s.m.begin(ctx, provider.OpDeleteSecondary, "", nil)
 	if c.span != nil {
 		c.span.SetAttributes(AttrSecondaryID.String(id))
 	}
@@ -287,7 +277,7 @@ type tracedOwner struct {
 }
 
 func (o *tracedOwner) ListOwnedInstances(ctx context.Context, uid string) ([]provider.Instance, error) {
-	ctx, c := o.m.begin(withUID(ctx, uid), provider.OpListOwnedInstances, SpanListOwnedInstances, "", nil)
+	ctx, c := o.m.begin(withUID(ctx, uid), provider.OpListOwnedInstances, "", nil)
 	out, err := o.inner.ListOwnedInstances(ctx, uid)
 	if c.span != nil && err == nil {
 		c.span.SetAttributes(AttrInstanceCount.Int(len(out)))
@@ -297,7 +287,7 @@ func (o *tracedOwner) ListOwnedInstances(ctx context.Context, uid string) ([]pro
 }
 
 func (o *tracedOwner) ListOwnedSecondaries(ctx context.Context, uid string) ([]provider.Secondary, error) {
-	ctx, c := o.m.begin(withUID(ctx, uid), provider.OpListOwnedSecondaries, SpanListOwnedSecondaries, "", nil)
+	ctx, c := o.m.begin(withUID(ctx, uid), provider.OpListOwnedSecondaries, "", nil)
 	out, err := o.inner.ListOwnedSecondaries(ctx, uid)
 	if c.span != nil && err == nil {
 		c.span.SetAttributes(AttrSecondaryCount.Int(len(out)))

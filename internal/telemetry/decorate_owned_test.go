@@ -73,10 +73,10 @@ func TestOwnerListingsSpannedAndCounted(t *testing.T) {
 	if len(spans) != 2 {
 		t.Fatalf("spans %v, want the two listings", spanNames(spans))
 	}
-	wantAttrs(t, spanNamed(t, spans, telemetry.SpanListOwnedInstances), map[string]string{
+	wantAttrs(t, spanNamed(t, spans, "provider.list_owned_instances"), map[string]string{
 		"provider.name": name, "proxy.uid": uid, "provider.instance.count": "1", "error.class": "none",
 	})
-	wantAttrs(t, spanNamed(t, spans, telemetry.SpanListOwnedSecondaries), map[string]string{
+	wantAttrs(t, spanNamed(t, spans, "provider.list_owned_secondaries"), map[string]string{
 		"provider.name": name, "proxy.uid": uid, "error.class": "Transient",
 	})
 	for _, c := range []struct{ op, class string }{

@@ -39,14 +39,14 @@ func TestSecondaryCallsSpannedAndCounted(t *testing.T) {
 	if len(spans) != 3 {
 		t.Fatalf("spans %v, want 3", spanNames(spans))
 	}
-	wantAttrs(t, spanNamed(t, spans[:1], telemetry.SpanListSecondary), map[string]string{
+	wantAttrs(t, spanNamed(t, spans[:1], "provider.list_secondary"), map[string]string{
 		"provider.name": e.Name, "provider.type": "fake", "provider.secondary.count": "1", "error.class": "none",
 	})
 	wantAttrs(t, spans[1], map[string]string{"provider.secondary.id": planted.ID, "error.class": "none"})
 	failed := spans[2]
 	wantAttrs(t, failed, map[string]string{"provider.secondary.id": planted.ID, "error.class": "Permanent"})
-	if spans[1].Name() != telemetry.SpanDeleteSecondary || failed.Name() != telemetry.SpanDeleteSecondary {
-		t.Errorf("delete spans are named %q and %q, want %q", spans[1].Name(), failed.Name(), telemetry.SpanDeleteSecondary)
+	if spans[1].Name() != "provider.delete_secondary" || failed.Name() != "provider.delete_secondary" {
+		t.Errorf("delete spans are named %q and %q, want %q", spans[1].Name(), failed.Name(), "provider.delete_secondary")
 	}
 	if failed.Status().Code != codes.Error {
 		t.Errorf("failed delete's span status %+v", failed.Status())

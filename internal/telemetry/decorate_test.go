@@ -84,11 +84,11 @@ func TestReconcileSpanParentsProviderSpans(t *testing.T) {
 		span string
 		id   string // "" when the operation takes no ID
 	}{
-		{telemetry.SpanCreate, id}, // the ID Create returned
-		{telemetry.SpanGet, id},
-		{telemetry.SpanDelete, id},
-		{telemetry.SpanList, ""},
-		{telemetry.SpanCheck, ""},
+		{"provider.create", id}, // the ID Create returned
+		{"provider.get", id},
+		{"provider.delete", id},
+		{"provider.list", ""},
+		{"provider.check", ""},
 	} {
 		s := spanNamed(t, spans, tc.span)
 		if s.Parent().SpanID() != root.SpanContext().SpanID() || s.SpanContext().TraceID() != root.SpanContext().TraceID() {
@@ -109,10 +109,10 @@ func TestReconcileSpanParentsProviderSpans(t *testing.T) {
 			t.Errorf("%s: scope %q", tc.span, s.InstrumentationScope().Name)
 		}
 	}
-	wantAttrs(t, spanNamed(t, spans, telemetry.SpanCreate), map[string]string{"provider.instance.name": "proxy-team-a-web-1a2b3c", "provider.instance.state": "Running"})
-	wantAttrs(t, spanNamed(t, spans, telemetry.SpanGet), map[string]string{"provider.instance.state": "Running"})
-	wantAttrs(t, spanNamed(t, spans, telemetry.SpanList), map[string]string{"provider.instance.count": "1"})
-	wantAttrs(t, spanNamed(t, spans, telemetry.SpanCheck), map[string]string{"provider.check.healthy": "true", "provider.check.reason": provider.ReasonHealthy})
+	wantAttrs(t, spanNamed(t, spans, "provider.create"), map[string]string{"provider.instance.name": "proxy-team-a-web-1a2b3c", "provider.instance.state": "Running"})
+	wantAttrs(t, spanNamed(t, spans, "provider.get"), map[string]string{"provider.instance.state": "Running"})
+	wantAttrs(t, spanNamed(t, spans, "provider.list"), map[string]string{"provider.instance.count": "1"})
+	wantAttrs(t, spanNamed(t, spans, "provider.check"), map[string]string{"provider.check.healthy": "true", "provider.check.reason": provider.ReasonHealthy})
 
 	// Log lines: the reconciler's carry the reconcile span, the provider's
 	// (and the boundary's outcome lines) their operation span, each ID once,
@@ -120,12 +120,12 @@ func TestReconcileSpanParentsProviderSpans(t *testing.T) {
 	// that logged.
 	for _, tc := range []struct{ msg, span, file string }{
 		{"reconciling", "reconcile Proxy", "decorate_test.go"},
-		{"fake instance read", telemetry.SpanGet, "ops.go"},
-		{"fake instances listed", telemetry.SpanList, "ops.go"},
-		{"fake delete", telemetry.SpanDelete, "ops.go"},
+		{"fake instance read", "provider.get", "ops.go"},
+		{"fake instances listed", "provider.list", "ops.go"},
+		{"fake delete", "provider.delete", "ops.go"},
 		// The registry's method boundary writes the outcome lines.
-		{"create done", telemetry.SpanCreate, "boundary.go"},
-		{"get done", telemetry.SpanGet, "boundary.go"},
+		{"create done", "provider.create", "boundary.go"},
+		{"get done", "provider.get", "boundary.go"},
 	} {
 		line, raw := logs.find(t, tc.msg)
 		s := spanNamed(t, spans, tc.span)
@@ -361,7 +361,7 @@ func TestStartSpanForBackgroundLoops(t *testing.T) {
 	if gc.Parent().IsValid() {
 		t.Error("gc span has a parent")
 	}
-	if l := spanNamed(t, spans, telemetry.SpanList); l.Parent().SpanID() != gc.SpanContext().SpanID() {
+	if l := spanNamed(t, spans, "provider.list"); l.Parent().SpanID() != gc.SpanContext().SpanID() {
 		t.Error("provider.list is not a child of the gc span")
 	}
 	if line, _ := logs.find(t, "collecting"); line["spanID"] != gc.SpanContext().SpanID().String() {

@@ -434,7 +434,7 @@ func TestSecondarySpansUnderPass(t *testing.T) {
 	if !ok {
 		t.Fatalf("no gc.collect span among %v", names(sr.Ended()))
 	}
-	for _, child := range []string{telemetry.SpanListSecondary, telemetry.SpanDeleteSecondary} {
+	for _, child := range []string{"provider.list_secondary", "provider.delete_secondary"} {
 		s, ok := byName[child]
 		if !ok {
 			t.Fatalf("no %s span among %v", child, names(sr.Ended()))

@@ -20,16 +20,17 @@ import (
 func TestGapCheckerHasNoDetails(t *testing.T) {
 	env := gcptest.New(t)
 	env.Fake.SetRegionQuota("europe-west1", "INSTANCES", 1)
-	b := bounded(newTestProvider(t, env, func(c *Config) {
+	p := newTestProvider(t, env, func(c *Config) {
 		c.Zones = []string{"us-central1-a", "us-central1-b", "europe-west1-b"}
 		c.DefaultZone = "us-central1-a"
-	}))
+	})
+	b := bounded(p)
 	createRunning(t, b, testRequest("quota"))
 	req := testRequest("quota-eu")
 	req.Placement.Zone = "europe-west1-b"
 	createRunning(t, b, req)
 	env.Fake.ClearRequests()
-	res := b.(provider.Checker).Check(t.Context())
+	res := checked(p).Check(t.Context())
 	if !res.Healthy || res.Reason != provider.ReasonHealthy || res.Target != "projects/"+testProject {
 		t.Fatalf("Check: %+v", res)
 	}
@@ -55,8 +56,7 @@ func TestGapCheckerHasNoDetails(t *testing.T) {
 // Internal instances take no external address: that quota is left out.
 func TestCheckInternalModeLeavesOutAddresses(t *testing.T) {
 	env := gcptest.New(t)
-	b := bounded(newTestProvider(t, env, func(c *Config) { c.AddressMode = AddressInternal }))
-	res := b.(provider.Checker).Check(t.Context())
+	res := checked(newTestProvider(t, env, func(c *Config) { c.AddressMode = AddressInternal })).Check(t.Context())
 	if !res.Healthy || res.Details["us-central1.CPUS"] == "" || res.Details["us-central1.IN_USE_ADDRESSES"] != "" {
 		t.Fatalf("Check: %+v", res)
 	}
@@ -94,7 +94,7 @@ func TestCheckReasons(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = p.Close() })
-			res := bounded(p).(provider.Checker).Check(t.Context())
+			res := checked(p).Check(t.Context())
 			if res.Healthy || res.Reason != tc.reason || !strings.Contains(res.Message, tc.msg) {
 				t.Errorf("Check: %+v; want %s with %q", res, tc.reason, tc.msg)
 			}
@@ -117,15 +117,15 @@ func TestCheckReasons(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		defer cancel()
-		if res := bounded(p).(provider.Checker).Check(ctx); res.Healthy || res.Reason != provider.ReasonTimeout {
+		if res := checked(p).Check(ctx); res.Healthy || res.Reason != provider.ReasonTimeout {
 			t.Errorf("Check: %+v; want Timeout", res)
 		}
 	})
 	t.Run("a region that cannot be read is a detail, not a failure", func(t *testing.T) {
 		env := gcptest.New(t)
-		b := bounded(newTestProvider(t, env, nil))
+		c := checked(newTestProvider(t, env, nil))
 		failNext(env, "GET", project+"/regions/us-central1", fakecompute.Forbidden("compute.regions.get", "{resource}"))
-		res := b.(provider.Checker).Check(t.Context())
+		res := c.Check(t.Context())
 		if !res.Healthy || !strings.HasPrefix(res.Details["us-central1.quota"], "unavailable: Forbidden") {
 			t.Errorf("Check: %+v", res)
 		}

@@ -64,9 +64,6 @@ type plan struct {
 // an insert that fails after it was accepted reaches the next Create or
 // Get with its class) and Create returns at once, Provisioning.
 func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
-	if err := provider.CtxErr(ctx, p.name, provider.OpCreate); err != nil {
-		return provider.Instance{}, err
-	}
 	pl, err := p.resolve(req)
 	if err != nil {
 		return provider.Instance{}, err

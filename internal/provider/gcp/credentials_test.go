@@ -19,7 +19,8 @@ import (
 // next request uses the new key, without a restart.
 func TestKeyFileRotationNeedsNoRestart(t *testing.T) {
 	env := gcptest.New(t)
-	b := bounded(newTestProvider(t, env, nil))
+	p := newTestProvider(t, env, nil)
+	b := bounded(p)
 	ctx, logs := logCtx(t)
 	if _, err := b.ListByTag(ctx); err != nil {
 		t.Fatal(err)
@@ -39,7 +40,7 @@ func TestKeyFileRotationNeedsNoRestart(t *testing.T) {
 			t.Errorf("a credential (%q) reached the log", secret)
 		}
 	}
-	if res := b.(provider.Checker).Check(t.Context()); !res.Healthy || !strings.Contains(res.Details["credentials"], env.KeyFile) {
+	if res := checked(p).Check(t.Context()); !res.Healthy || !strings.Contains(res.Details["credentials"], env.KeyFile) {
 		t.Errorf("Check after the rotation: %+v", res)
 	}
 }
@@ -65,12 +66,13 @@ func TestUnusableKeyFile(t *testing.T) {
 		{"not JSON", garbage, "is not a usable service account key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := bounded(newTestProvider(t, env, func(c *Config) { c.CredentialsFile = tc.file }))
+			p := newTestProvider(t, env, func(c *Config) { c.CredentialsFile = tc.file })
+			b := bounded(p)
 			_, err := b.Create(t.Context(), testRequest("cred"))
 			if !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), sentinel) {
 				t.Errorf("Create: %v; want Permanent with %q and no content", err, tc.want)
 			}
-			res := b.(provider.Checker).Check(t.Context())
+			res := checked(p).Check(t.Context())
 			if res.Healthy || res.Reason != provider.ReasonUnauthorized || !strings.Contains(res.Message, tc.want) || strings.Contains(res.Message, sentinel) {
 				t.Errorf("Check: %+v", res)
 			}
@@ -83,13 +85,14 @@ func TestUnusableKeyFile(t *testing.T) {
 // change) and Unauthorized for the Checker.
 func TestRefusedKey(t *testing.T) {
 	env := gcptest.New(t)
-	b := bounded(newTestProvider(t, env, nil))
+	p := newTestProvider(t, env, nil)
+	b := bounded(p)
 	env.Tokens.Forget(env.Email)
 	_, err := b.ListByTag(t.Context())
 	if !errors.Is(err, provider.ErrTransient) || !strings.Contains(err.Error(), "invalid_grant") {
 		t.Errorf("ListByTag with a refused key: %v", err)
 	}
-	if res := b.(provider.Checker).Check(t.Context()); res.Healthy || res.Reason != provider.ReasonUnauthorized {
+	if res := checked(p).Check(t.Context()); res.Healthy || res.Reason != provider.ReasonUnauthorized {
 		t.Errorf("Check with a refused key: %+v", res)
 	}
 }
@@ -104,7 +107,7 @@ func TestApplicationDefaultCredentialsFromTheEnvironment(t *testing.T) {
 	if _, err := b.ListByTag(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	res := b.(provider.Checker).Check(t.Context())
+	res := checked(p).Check(t.Context())
 	if !res.Healthy || !strings.Contains(res.Details["credentials"], "application default credentials") {
 		t.Errorf("Check: %+v", res)
 	}
@@ -124,7 +127,7 @@ func TestNoCredentials(t *testing.T) {
 	if _, err := b.ListByTag(t.Context()); !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), "no application default credentials") {
 		t.Errorf("ListByTag: %v", err)
 	}
-	if res := b.(provider.Checker).Check(t.Context()); res.Healthy || res.Reason != provider.ReasonUnauthorized {
+	if res := checked(p).Check(t.Context()); res.Healthy || res.Reason != provider.ReasonUnauthorized {
 		t.Errorf("Check: %+v", res)
 	}
 }

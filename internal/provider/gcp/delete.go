@@ -33,9 +33,6 @@ const foregroundRuleWait = 2 * time.Second
 // then); an instance under the name that is not this installation's is left
 // alone.
 func (p *Provider) Delete(ctx context.Context, id string) error {
-	if err := provider.CtxErr(ctx, p.name, provider.OpDelete); err != nil {
-		return err
-	}
 	zone, name, err := parseID(id)
 	if err != nil {
 		return err

@@ -88,12 +88,13 @@ func TestSDKRetriesGETOn503(t *testing.T) {
 // again): Permanent, saying to check the endpoint, without the HTML.
 func TestWrongEndpointIsNeverNotFound(t *testing.T) {
 	env := gcptest.New(t)
-	b := bounded(newTestProvider(t, env, func(c *Config) { c.Endpoint = env.Endpoint() + "/wrong" }))
+	p := newTestProvider(t, env, func(c *Config) { c.Endpoint = env.Endpoint() + "/wrong" })
+	b := bounded(p)
 	_, err := b.Get(t.Context(), formatID(testZone, "proxy-a"))
 	if !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), "check the entry's endpoint") || strings.Contains(err.Error(), "<html") {
 		t.Fatalf("Get through a wrong endpoint: %v", err)
 	}
-	res := b.(provider.Checker).Check(t.Context())
+	res := checked(p).Check(t.Context())
 	if res.Healthy || res.Reason != provider.ReasonAPIError || !strings.Contains(res.Message, "endpoint") {
 		t.Fatalf("Check through a wrong endpoint: %+v", res)
 	}

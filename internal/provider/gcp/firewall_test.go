@@ -80,7 +80,7 @@ func TestFirewallRuleLifecycle(t *testing.T) {
 	env := gcptest.New(t)
 	p := newTestProvider(t, env, nil)
 	b := bounded(p)
-	sl := b.(provider.SecondaryLister)
+	sl := secondaries(p)
 	req := testRequest("fw")
 	inst := createRunning(t, b, req)
 	checkRule(t, env, req, []string{"198.51.100.0/24"})

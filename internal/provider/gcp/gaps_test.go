@@ -194,7 +194,8 @@ func TestGapAdoptionIsNotVerified(t *testing.T) {
 // the collector.
 func TestGapGCDoesNotKnowAboutInstallations(t *testing.T) {
 	env := gcptest.New(t)
-	ours := bounded(newTestProvider(t, env, nil))
+	oursP := newTestProvider(t, env, nil)
+	ours := bounded(oursP)
 	theirsP, err := New(testName, testConfig(env), provider.Options{InstallationID: "other-cluster"})
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +210,7 @@ func TestGapGCDoesNotKnowAboutInstallations(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].ID != mine.ID {
 		t.Fatalf("our ListByTag: %+v, %v; want only %s", list, err, mine.ID)
 	}
-	secs, err := ours.(provider.SecondaryLister).ListSecondary(t.Context())
+	secs, err := secondaries(oursP).ListSecondary(t.Context())
 	if err != nil || len(secs) != 1 || secs[0].Instance != testRequest("mine").Name {
 		t.Fatalf("our ListSecondary: %+v, %v; want only our rule", secs, err)
 	}

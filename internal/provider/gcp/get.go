@@ -21,9 +21,6 @@ import (
 // reported reads Stopped, so that the reconciler's next Create tries
 // again (on its own backoff: the failure's class decided it).
 func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error) {
-	if err := provider.CtxErr(ctx, p.name, provider.OpGet); err != nil {
-		return provider.Instance{}, err
-	}
 	zone, name, err := parseID(id)
 	if err != nil {
 		return provider.Instance{}, err

@@ -70,8 +70,15 @@ func logCtxAt(t *testing.T, v int) (context.Context, *testenv.LogLines) {
 }
 
 // bounded is the provider behind the method boundary, as the registry
-// builds it.
-func bounded(p *Provider) provider.Provider { return provider.WithBoundary(testName, Type, p) }
+// builds it; checked and secondaries are its Checker and SecondaryLister
+// behind the same boundary.
+func bounded(p *Provider) provider.Provider { return provider.WithBoundary(testName, Type, p).Provider }
+
+func checked(p *Provider) provider.Checker { return provider.WithBoundary(testName, Type, p).Checker }
+
+func secondaries(p *Provider) provider.SecondaryLister {
+	return provider.WithBoundary(testName, Type, p).Secondary
+}
 
 // waitStep waits until name's create step has ended and its result is
 // what Create or Get report.

@@ -86,9 +86,6 @@ func (p *Provider) listInstances(ctx context.Context, api computeAPI, filter, op
 // and that the API does not show yet, so that the reconciler's sweep and
 // the collector see an instance from its first moment.
 func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
-	if err := provider.CtxErr(ctx, p.name, provider.OpList); err != nil {
-		return nil, err
-	}
 	ctx = httpobserve.WithOp(ctx, provider.OpList)
 	api, err := p.client()
 	if err != nil {

@@ -86,7 +86,7 @@ func TestGapUnreachableZoneIsLeftOutSilently(t *testing.T) {
 		t.Errorf("the left-out zone is not in the log or the outcome line:\n%s", logs)
 	}
 	// Its instance's rule exists but is not judged: the zone did not answer.
-	secs, err := b.(provider.SecondaryLister).ListSecondary(t.Context())
+	secs, err := secondaries(p).ListSecondary(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

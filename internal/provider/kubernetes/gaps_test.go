@@ -301,8 +301,8 @@ func TestGap_LoggingAndCheckerDetails(t *testing.T) {
 	p := newAPIProvider(t, "inst", Config{Namespace: ns}, nil)
 	var logs testenv.LogLines
 	ctx := logs.Context(1)
-	bp := bounded(p)
-	if _, err := bp.Create(ctx, apiRequest("elsewhere", "logged")); err != nil {
+	bp := boundary(p)
+	if _, err := bp.Provider.Create(ctx, apiRequest("elsewhere", "logged")); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`"create done"`, `"outcome"="created"`, `"kubernetes api call"`, `"provider"="` + testProviderName + `"`, `"status"=201`} {
@@ -313,7 +313,7 @@ func TestGap_LoggingAndCheckerDetails(t *testing.T) {
 	if strings.Contains(logs.String(), `"instance spec"`) {
 		t.Errorf("V(2) detail logged at V(1):\n%s", logs.String())
 	}
-	res := bp.(provider.Checker).Check(ctx)
+	res := bp.Checker.Check(ctx)
 	if !res.Healthy || res.Details["serverVersion"] != e.ServerVersion || res.Details["namespace"] != ns || res.Details["missing"] != "none" {
 		t.Errorf("Check: %+v, want Healthy with serverVersion %s, namespace %s, missing none", res, e.ServerVersion, ns)
 	}

@@ -110,9 +110,12 @@ func newAPIProvider(t *testing.T, installation string, cfg Config, rc *rest.Conf
 	return p
 }
 
-// bounded is p behind the method boundary the registry puts every provider
-// behind, which names errors and writes the outcome lines.
-func bounded(p *Provider) provider.Provider { return provider.WithBoundary(testProviderName, Type, p) }
+// boundary is p behind the method boundary the registry puts every
+// provider behind, which names errors and writes the outcome lines;
+// bounded is its lifecycle part.
+func boundary(p *Provider) provider.Bounded { return provider.WithBoundary(testProviderName, Type, p) }
+
+func bounded(p *Provider) provider.Provider { return boundary(p).Provider }
 
 // playKubelet does what the kubelet would for a Pod whose Squid accepts
 // connections: phase Running, a Pod IP, and the Ready condition, written

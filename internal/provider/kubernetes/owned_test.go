@@ -42,8 +42,8 @@ func TestOwnerListing(t *testing.T) {
 	raw := newAPIProvider(t, installation, Config{Namespace: ns}, nil)
 	lists := &recordLists{}
 	raw.wireSeam = lists.wrap
-	p := bounded(raw)
-	ol := provider.WithOwnerBoundary(testProviderName, Type, raw)
+	b := boundary(raw)
+	p, ol := b.Provider, b.Owned
 	ctx := t.Context()
 	req := func(proxy, uid, shape string) provider.CreateRequest {
 		return provider.CreateRequest{Name: provider.InstanceName("team", proxy, uid, shape), Namespace: "team",
@@ -110,7 +110,7 @@ func TestOwnerListing(t *testing.T) {
 		}
 	}
 	// The fleet listing agrees on the Proxy's secondaries.
-	all, err := p.(provider.SecondaryLister).ListSecondary(ctx)
+	all, err := b.Secondary.ListSecondary(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,9 +80,9 @@ func TestSecondaryResourcesWithoutPod(t *testing.T) {
 	var failed atomic.Bool
 	raw := newAPIProvider(t, installation, Config{Namespace: ns}, nil)
 	raw.wireSeam = failPodCreate(&failed)
-	p := bounded(raw)
-	sl, ok := p.(provider.SecondaryLister)
-	if !ok {
+	b := boundary(raw)
+	p, sl := b.Provider, b.Secondary
+	if sl == nil {
 		t.Fatal("the kubernetes provider is no provider.SecondaryLister")
 	}
 	ctx := t.Context()
@@ -126,7 +126,8 @@ func TestSecondaryResourcesWithoutPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another installation's crash: never listed.
-	other := bounded(newAPIProvider(t, "secondary-other", Config{Namespace: ns}, nil))
+	otherB := boundary(newAPIProvider(t, "secondary-other", Config{Namespace: ns}, nil))
+	other := otherB.Provider
 	otherCrash := req("other", "uid-other")
 	otherRaw := provider.Unwrap(other).(*Provider)
 	var otherFailed atomic.Bool
@@ -179,7 +180,7 @@ func TestSecondaryResourcesWithoutPod(t *testing.T) {
 
 	// The other installation's listing sees its own crash only, and its
 	// DeleteSecondary leaves ours alone.
-	otherList, err := other.(provider.SecondaryLister).ListSecondary(ctx)
+	otherList, err := otherB.Secondary.ListSecondary(ctx)
 	if err != nil || len(otherList) != 3 {
 		t.Errorf("the other installation lists %+v, %v; want its crash's ConfigMap, NetworkPolicy and Service", otherList, err)
 	}
@@ -189,7 +190,7 @@ func TestSecondaryResourcesWithoutPod(t *testing.T) {
 		}
 	}
 	crashedCM := secondariesOf(list, crashed.Name)["configmap"]
-	if err := other.(provider.SecondaryLister).DeleteSecondary(ctx, crashedCM.ID); err != nil {
+	if err := otherB.Secondary.DeleteSecondary(ctx, crashedCM.ID); err != nil {
 		t.Errorf("another installation's DeleteSecondary of ours: %v, want success", err)
 	}
 	if !exists(t, cs, "configmap", ns, crashed.Name) {
@@ -238,15 +239,16 @@ func TestSecondaryResourcesWithoutPod(t *testing.T) {
 // the contract leaves nothing for the collector.
 func TestDeleteRemovesEverySecondaryKind(t *testing.T) {
 	ns := newNamespace(t, "secondary-delete", nil)
-	p := bounded(newAPIProvider(t, "secondary-delete", Config{Namespace: ns}, nil))
+	b := boundary(newAPIProvider(t, "secondary-delete", Config{Namespace: ns}, nil))
+	p := b.Provider
 	ctx := t.Context()
 	inst, err := p.Create(ctx, provider.CreateRequest{Name: provider.InstanceName("team", "web", "uid-web", "s1"),
 		Namespace: "team", ProxyName: "web", UID: "uid-web", Port: 3128})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sl, ok := p.(provider.SecondaryLister)
-	if !ok {
+	sl := b.Secondary
+	if sl == nil {
 		t.Fatal("the kubernetes provider is no provider.SecondaryLister")
 	}
 	before, err := sl.ListSecondary(ctx)

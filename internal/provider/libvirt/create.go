@@ -50,9 +50,6 @@ type plan struct {
 // otherwise the slow steps run in the background (createStep) and Create
 // returns at once, Provisioning with their progress.
 func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
-	if err := provider.CtxErr(ctx, p.name, provider.OpCreate); err != nil {
-		return provider.Instance{}, err
-	}
 	pl, err := p.resolve(req)
 	if err != nil {
 		return provider.Instance{}, err

@@ -548,7 +548,7 @@ func TestCloudInitNeverLoggedNorInErrors(t *testing.T) {
 		defer mu.Unlock()
 		logs.WriteString(prefix + " " + args + "\n")
 	}, funcr.Options{Verbosity: 10}))
-	b := provider.WithBoundary("vms", TypeKVM, p)
+	b := provider.WithBoundary("vms", TypeKVM, p).Provider
 	name := "proxy-team-a-egress-0123456789"
 	req := testRequest(name)
 	req.CloudInit = provider.Sensitive("#cloud-config\nwrite_files: [{path: /etc/x, content: " + sentinel + "}]\n")

@@ -19,9 +19,6 @@ import (
 // while volumes of the instance are is a create that was interrupted:
 // Stopped, which makes the reconciler call Create, which resumes it.
 func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error) {
-	if err := provider.CtxErr(ctx, p.name, provider.OpGet); err != nil {
-		return provider.Instance{}, err
-	}
 	hostName, name, err := parseID(id)
 	if err != nil {
 		return provider.Instance{}, err

@@ -33,7 +33,7 @@ func TestNewRefusesAnInvalidConfig(t *testing.T) {
 // A malformed ID is Permanent and an ended ctx Transient, before any dial.
 func TestLifecycleRefusesBeforeDialling(t *testing.T) {
 	p := newFakeProvider(t, newFakeHost("h1"))
-	b := provider.WithBoundary("vms", TypeKVM2, p)
+	b := provider.WithBoundary("vms", TypeKVM2, p).Provider
 	ctx := context.Background()
 	for _, bad := range []string{"x", "hosts/h1/domains/"} {
 		if _, err := b.Get(ctx, bad); !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), "malformed instance ID") {

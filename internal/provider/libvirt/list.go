@@ -32,9 +32,6 @@ func init() { crmetrics.Registry.MustRegister(hostListFailures) }
 // others are listed: one host down does not blind the collector on the
 // rest. Only when no host could be read is the listing an error.
 func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
-	if err := provider.CtxErr(ctx, p.name, provider.OpList); err != nil {
-		return nil, err
-	}
 	return eachHost(ctx, p, provider.OpList, p.listHost)
 }
 

@@ -105,7 +105,9 @@ func wantClass(t testing.TB, what string, err, class error) {
 
 // bounded is p behind the method boundary the registry puts every provider
 // behind, which names errors and writes the outcome lines.
-func bounded(p *Provider) provider.Provider { return provider.WithBoundary(testProviderName, Type, p) }
+func bounded(p *Provider) provider.Provider {
+	return provider.WithBoundary(testProviderName, Type, p).Provider
+}
 
 // wantProviderError fails unless err is a *provider.Error naming our
 // provider and op (so err came through bounded).

@@ -26,7 +26,7 @@ func TestLogTiers(t *testing.T) {
 		_, _ = bp.ListByTag(ctx)
 		_ = bp.Delete(ctx, inst.ID)
 		_, _ = bp.Get(ctx, inst.ID) // NotFound
-		bp.(provider.Checker).Check(ctx)
+		provider.WithBoundary(testProviderName, Type, p).Checker.Check(ctx)
 
 		for _, msg := range []string{"create done", "get done", "list done", "delete done", "get failed", "check done"} {
 			lines := logs.Find(`"msg"="`+msg+`"`, `"provider"="`+testProviderName+`"`, `"level"=1`)

@@ -61,7 +61,7 @@ func (e *env) restart(r Restarter) {
 	if p == nil {
 		e.t.Fatal("Restarter.Restart returned no provider")
 	}
-	e.p = provider.WithBoundary(e.h.Name, e.h.typeName(), p)
+	e.bind(p)
 }
 
 // slow returns the backend as a Slow, or skips the case.

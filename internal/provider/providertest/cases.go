@@ -456,7 +456,7 @@ func testCancelledContextEndsEveryCall(t *testing.T, h Harness) {
 	for _, op := range append(ops, provider.OpCheck) {
 		t.Run("blocked "+op, func(t *testing.T) {
 			e := newEnv(t, h)
-			if _, ok := e.p.(provider.Checker); op == provider.OpCheck && !ok {
+			if op == provider.OpCheck && e.bound.Checker == nil {
 				t.Skip("provider is not a provider.Checker")
 			}
 			req := e.request("blocked")
@@ -499,7 +499,7 @@ func testCancelledContextEndsEveryCall(t *testing.T, h Harness) {
 // (why says how).
 func (e *env) expectCheckEnds(ctx context.Context, why string) {
 	e.t.Helper()
-	if _, ok := e.p.(provider.Checker); !ok {
+	if e.bound.Checker == nil {
 		return
 	}
 	res, ok := within(livenessLimit, func() provider.CheckResult {

@@ -48,8 +48,11 @@ func (l *logBuffer) String() string {
 // env is one case's world: a fresh provider and backend from the harness,
 // and the capturing logger every call carries.
 type env struct {
-	t            *testing.T
-	h            Harness
+	t *testing.T
+	h Harness
+	// bound is the provider behind the method boundary, and p its
+	// lifecycle part (see bind).
+	bound        provider.Bounded
 	p            provider.Provider
 	b            Backend
 	installation string
@@ -66,14 +69,14 @@ func newEnv(t *testing.T, h Harness) *env {
 	if p == nil || b == nil {
 		t.Fatalf("Harness.New returned provider %v and backend %v; both are needed", p, b)
 	}
-	p = provider.WithBoundary(h.Name, h.typeName(), p)
 	logs := &logBuffer{}
 	logger := funcr.New(logs.write, funcr.Options{Verbosity: logVerbosity})
 	e := &env{
-		t: t, h: h, p: p, b: b, installation: installation,
+		t: t, h: h, b: b, installation: installation,
 		logs: logs, logger: logger,
 		ctx: logr.NewContext(t.Context(), logger),
 	}
+	e.bind(p)
 	t.Cleanup(func() {
 		switch text := logs.String(); {
 		case !t.Failed():
@@ -84,6 +87,13 @@ func newEnv(t *testing.T, h Harness) *env {
 		}
 	})
 	return e
+}
+
+// bind makes p the case's provider, behind the method boundary as the
+// registry puts it, so that the cases test the path the controllers call.
+func (e *env) bind(p provider.Provider) {
+	e.bound = provider.WithBoundary(e.h.Name, e.h.typeName(), p)
+	e.p = e.bound.Provider
 }
 
 func randHex(t *testing.T) string {
@@ -173,8 +183,8 @@ func (e *env) list(ctx context.Context) (list []provider.Instance, err error) {
 // check runs Check when the provider is a Checker; ok is false when it is
 // not.
 func (e *env) check(ctx context.Context) (res provider.CheckResult, ok bool) {
-	c, ok := e.p.(provider.Checker)
-	if !ok {
+	c := e.bound.Checker
+	if c == nil {
 		return res, false
 	}
 	ctx, cancel := e.callCtx(ctx)

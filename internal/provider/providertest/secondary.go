@@ -72,8 +72,8 @@ func secondariesOf(list []provider.Secondary, instance string) []provider.Second
 func testSecondaryWithoutInstanceIsCollectable(t *testing.T, h Harness) {
 	start := time.Now()
 	e := newEnv(t, h)
-	sl, ok := e.p.(provider.SecondaryLister)
-	if !ok {
+	sl := e.bound.Secondary
+	if sl == nil {
 		t.Skip("the provider keeps no secondary resources (profile secondary-resources: none or cascade): it is no provider.SecondaryLister")
 	}
 	planter, ok := e.b.(SecondaryPlanter)

@@ -17,14 +17,7 @@ import (
 // Create resolves the VMID (one /cluster/resources read) and starts the
 // slow steps in the background; it returns Provisioning with progress.
 func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
-	if err := provider.CtxErr(ctx, p.name, provider.OpCreate); err != nil {
-		return provider.Instance{}, err
-	}
-	inst, err := p.create(httpobserve.WithOp(ctx, provider.OpCreate), req)
-	if err != nil {
-		return provider.Instance{}, provider.Wrap(p.name, provider.OpCreate, provider.ErrTransient, err)
-	}
-	return inst, nil
+	return p.create(httpobserve.WithOp(ctx, provider.OpCreate), req)
 }
 
 type plan struct {

@@ -15,17 +15,14 @@ import (
 // destroys in the background (returns early: the caller polls Get until
 // ErrNotFound, which it reads only once everything is gone).
 func (p *Provider) Delete(ctx context.Context, id string) error {
-	if err := provider.CtxErr(ctx, p.name, provider.OpDelete); err != nil {
-		return err
-	}
 	ctx = httpobserve.WithOp(ctx, provider.OpDelete)
 	vmid, name, err := parseID(id)
 	if err != nil {
-		return provider.Wrap(p.name, provider.OpDelete, provider.ErrPermanent, err)
+		return err
 	}
 	unlock, err := p.names.Lock(ctx, name)
 	if err != nil {
-		return provider.Wrap(p.name, provider.OpDelete, provider.ErrTransient, err)
+		return err
 	}
 	defer unlock()
 	if err := p.steps.Cancel(ctx, name); err != nil {
@@ -40,7 +37,7 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	}
 	rs, err := p.resources(ctx, true)
 	if err != nil {
-		return provider.Wrap(p.name, provider.OpDelete, provider.ErrTransient, err)
+		return err
 	}
 	r, ok := find(rs, vmid)
 	// A locked entry (a clone in progress is nameless) is judged once its

@@ -13,12 +13,9 @@ import (
 // Get reads the VM: the shared /cluster/resources read, plus the agent
 // call for a running VM (2 requests in steady state).
 func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error) {
-	if err := provider.CtxErr(ctx, p.name, provider.OpGet); err != nil {
-		return provider.Instance{}, err
-	}
 	vmid, name, err := parseID(id)
 	if err != nil {
-		return provider.Instance{}, provider.Wrap(p.name, provider.OpGet, provider.ErrPermanent, err)
+		return provider.Instance{}, err
 	}
 	st := p.steps.Poll(name)
 	if st.Err != nil {
@@ -39,7 +36,7 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 		}
 	}
 	if err != nil {
-		return provider.Instance{}, provider.Wrap(p.name, provider.OpGet, provider.ErrTransient, err)
+		return provider.Instance{}, err
 	}
 	return in, nil
 }

@@ -9,12 +9,9 @@ import (
 
 // ListByTag is one cluster-wide read; the tag mark decides.
 func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
-	if err := provider.CtxErr(ctx, p.name, provider.OpList); err != nil {
-		return nil, err
-	}
 	rs, err := p.resources(httpobserve.WithOp(ctx, provider.OpList), true)
 	if err != nil {
-		return nil, provider.Wrap(p.name, provider.OpList, provider.ErrTransient, err)
+		return nil, err
 	}
 	var out []provider.Instance
 	seen := map[string]bool{}

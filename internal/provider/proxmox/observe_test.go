@@ -29,12 +29,12 @@ func countLines(text, sub string) int {
 func TestInsecureSkipTLSVerifyIsWarned(t *testing.T) {
 	e := newEnv(t)
 	e.cfg.CAFile, e.cfg.InsecureSkipTLSVerify = "", true
-	insecure := provider.WithBoundary("pve-test", Type, e.newProvider(t, testInstallation)).(provider.Checker)
-	verified := provider.WithBoundary("pve-test", Type, e.p).(provider.Checker)
+	insecure := provider.WithBoundary("pve-test", Type, e.newProvider(t, testInstallation))
+	verified := provider.WithBoundary("pve-test", Type, e.p).Checker
 
 	ctx, logs := logCtx(t)
-	res := insecure.Check(ctx)
-	if _, err := insecure.(provider.Provider).ListByTag(ctx); err != nil {
+	res := insecure.Checker.Check(ctx)
+	if _, err := insecure.Provider.ListByTag(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if !res.Healthy || !strings.Contains(res.Message, insecureCheckNote) {
@@ -63,7 +63,7 @@ func TestInsecureSkipTLSVerifyIsWarned(t *testing.T) {
 // the bodies' sizes, never a body or the Authorization header.
 func TestWireLogElidesPayloads(t *testing.T) {
 	e := newEnv(t)
-	b := provider.WithBoundary("pve-test", Type, e.p)
+	b := provider.WithBoundary("pve-test", Type, e.p).Provider
 	ctx, logs := logCtx(t)
 	req := request("proxy-wire", "81111111-2222-3333-4444-555555555555")
 	req.CloudInit = "#cloud-config\n# SENTINEL-wire-user-data\n"
@@ -117,7 +117,8 @@ func tokenSecret(f *fakepve.Server) string {
 func TestSecretsNeverInLogsErrorsOrProgress(t *testing.T) {
 	e := newEnv(t)
 	const ciSentinel, badSecret, badCA = "SENTINEL-cloud-init-5d1c", "SENTINEL-wrong-secret-77aa", "SENTINEL-not-a-pem-3b9e"
-	b := provider.WithBoundary("pve-test", Type, e.p)
+	bounded := provider.WithBoundary("pve-test", Type, e.p)
+	b := bounded.Provider
 	ctx, logs := logCtx(t)
 	var texts []string
 	note := func(err error) {
@@ -156,9 +157,9 @@ func TestSecretsNeverInLogsErrorsOrProgress(t *testing.T) {
 	}
 	_, err = b.ListByTag(ctx)
 	note(err)
-	_, err = b.(provider.SecondaryLister).ListSecondary(ctx)
+	_, err = bounded.Secondary.ListSecondary(ctx)
 	note(err)
-	check := b.(provider.Checker)
+	check := bounded.Checker
 	texts = append(texts, check.Check(ctx).Message)
 
 	// A token that does not verify, a CA file that is no PEM, a token file

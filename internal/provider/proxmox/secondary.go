@@ -118,11 +118,11 @@ func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 	ctx = httpobserve.WithOp(ctx, provider.OpListSecondary)
 	seeds, err := p.listSeeds(ctx)
 	if err != nil {
-		return nil, provider.Wrap(p.name, provider.OpListSecondary, provider.ErrTransient, err)
+		return nil, err
 	}
 	rs, err := p.resources(ctx, true)
 	if err != nil {
-		return nil, provider.Wrap(p.name, provider.OpListSecondary, provider.ErrTransient, err)
+		return nil, err
 	}
 	out := make([]provider.Secondary, 0, len(seeds))
 	for _, s := range seeds {
@@ -151,42 +151,36 @@ func (p *Provider) DeleteSecondary(ctx context.Context, id string) error {
 		return err
 	}
 	ctx = httpobserve.WithOp(ctx, provider.OpDeleteSecondary)
-	wrap := func(err error) error {
-		if err == nil {
-			return nil
-		}
-		return provider.Wrap(p.name, provider.OpDeleteSecondary, provider.ErrTransient, err)
-	}
 	node, storage, file, err := parseSecondaryID(id)
 	if err != nil {
-		return wrap(err)
+		return err
 	}
 	sv, _ := parseSeedName(file)
 	if sv.Tag != seedTag(p.opts.InstallationID) {
 		return nil // not ours: counts as deleted
 	}
 	if !contains(p.cfg.Nodes, node) {
-		return wrap(provider.Errorf(provider.ErrPermanent, "secondary resource %s is on node %s, which the entry no longer names: remove the ISO by hand", id, node))
+		return provider.Errorf(provider.ErrPermanent, "secondary resource %s is on node %s, which the entry no longer names: remove the ISO by hand", id, node)
 	}
 	if storage != p.cfg.ISOStorage {
-		return wrap(provider.Errorf(provider.ErrPermanent, "secondary resource %s is on storage %s, but the entry now uses %s: remove the ISO by hand", id, storage, p.cfg.ISOStorage))
+		return provider.Errorf(provider.ErrPermanent, "secondary resource %s is on storage %s, but the entry now uses %s: remove the ISO by hand", id, storage, p.cfg.ISOStorage)
 	}
 	unlock, err := p.names.Lock(ctx, sv.Instance)
 	if err != nil {
-		return wrap(provider.Errorf(provider.ErrTransient, "waiting for another call on %s: %w", sv.Instance, err))
+		return provider.Errorf(provider.ErrTransient, "waiting for another call on %s: %w", sv.Instance, err)
 	}
 	defer unlock()
 	if p.steps.Running(sv.Instance) {
-		return wrap(provider.Errorf(provider.ErrTransient, "instance %s is being created again; its seed %s is not deleted", sv.Instance, file))
+		return provider.Errorf(provider.ErrTransient, "instance %s is being created again; its seed %s is not deleted", sv.Instance, file)
 	}
 	rs, err := p.resources(ctx, true)
 	if err != nil {
-		return wrap(err)
+		return err
 	}
 	if r, exists := p.instanceOf(rs, sv.Instance, sv.UID); exists {
-		return wrap(provider.Errorf(provider.ErrTransient, "instance %s exists again (VM %d on %s); its seed %s is not deleted", sv.Instance, r.VMID, r.Node, file))
+		return provider.Errorf(provider.ErrTransient, "instance %s exists again (VM %d on %s); its seed %s is not deleted", sv.Instance, r.VMID, r.Node, file)
 	}
-	return wrap(p.deleteSeed(ctx, node, file))
+	return p.deleteSeed(ctx, node, file)
 }
 
 // deleteSeed removes one seed file on node and waits for its task; a file

@@ -36,6 +36,8 @@ type Entry struct {
 	Type string
 	// Provider is the decorated provider: the decorators around the
 	// in-flight count around the method boundary around the provider.
+	// Checker, Secondary and Owned have the same layers, each its own: the
+	// optional interfaces are read here, never asserted on Provider.
 	Provider provider.Provider
 	// Checker is nil when the provider cannot check its backend.
 	Checker provider.Checker
@@ -58,8 +60,8 @@ type Entry struct {
 	calls *inflight
 }
 
-// Decorator wraps an entry's Provider, Checker and Secondary (spans,
-// metrics). It is applied once per entry when the entry is built, so
+// Decorator wraps an entry's Provider, Checker, Secondary and Owned
+// (spans, metrics), each on its own. It is applied once per entry when the entry is built, so
 // provider code never repeats cross-cutting concerns.
 type Decorator func(e *Entry)
 
@@ -227,9 +229,9 @@ func (r *Registry) parse(entries []config.Entry) ([]parsed, error) {
 	return ps, errs.ToAggregate()
 }
 
-// build makes the entry's provider and wraps it, innermost first: the
-// method boundary, the in-flight count, then the decorators; its Checker
-// and Secondary, when it has them, get the same layers.
+// build makes the entry's provider and wraps each of its pieces (the
+// Provider, and the Checker, Secondary and Owned it may have), innermost
+// first: the method boundary, the in-flight count, then the decorators.
 func (r *Registry) build(name, typ string, settings any) (*Entry, error) {
 	t := r.types[typ]
 	p, err := t.New(name, settings, r.opts)
@@ -240,16 +242,16 @@ func (r *Registry) build(name, typ string, settings any) (*Entry, error) {
 	if c, ok := p.(io.Closer); ok {
 		e.closer = c
 	}
-	bounded := provider.WithBoundary(name, typ, p)
-	e.Provider = &counted{inner: bounded, calls: e.calls}
-	if c, ok := bounded.(provider.Checker); ok {
-		e.Checker = &countedChecker{inner: c, calls: e.calls}
+	b := provider.WithBoundary(name, typ, p)
+	e.Provider = &counted{inner: b.Provider, calls: e.calls}
+	if b.Checker != nil {
+		e.Checker = &countedChecker{inner: b.Checker, calls: e.calls}
 	}
-	if s, ok := bounded.(provider.SecondaryLister); ok {
-		e.Secondary = &countedSecondary{inner: s, calls: e.calls}
+	if b.Secondary != nil {
+		e.Secondary = &countedSecondary{inner: b.Secondary, calls: e.calls}
 	}
-	if o, ok := p.(provider.OwnerLister); ok {
-		e.Owned = &countedOwner{inner: provider.WithOwnerBoundary(name, typ, o), calls: e.calls}
+	if b.Owned != nil {
+		e.Owned = &countedOwner{inner: b.Owned, calls: e.calls}
 	}
 	for _, d := range r.decorators {
 		d(e)
