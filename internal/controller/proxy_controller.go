@@ -1,6 +1,7 @@
-// Package controller holds the operator's controllers: the Proxy reconciler
-// (this file and its siblings), and later the garbage collector and the
-// health loop.
+// Package controller holds the Proxy reconciler (this file and its
+// proxy_*.go siblings: its passes observe, proxy_status.go alone decides
+// Ready and the phase, proxy_replace.go which instance serves); the garbage
+// collector and the health loop are its subpackages gc and health.
 package controller
 
 import (

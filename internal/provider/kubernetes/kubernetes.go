@@ -1,13 +1,14 @@
 // Package kubernetes runs each Proxy as a Squid Pod in a Kubernetes cluster
 // (the operator's own, by default), with a ConfigMap holding the generated
-// squid.conf and a Service giving the Pod a stable in-cluster name. The three
-// objects share the instance name, carry the provider marks as labels and,
-// when they live in the Proxy's own namespace, an OwnerReference to the
-// Proxy, so that a bypassed finalizer cannot leak them. The ConfigMap and
-// the Service are the provider's secondary resources
-// (provider.SecondaryLister): those whose Pod is gone, which a crash between
-// the ConfigMap and the Pod or a Pod removed by hand leaves, are listed for
-// the garbage collector wherever they live.
+// squid.conf, a NetworkPolicy fencing the Pod's traffic and a Service giving
+// the Pod a stable in-cluster name. The four objects share the instance
+// name, carry the provider marks as labels and, when they live in the
+// Proxy's own namespace, an OwnerReference to the Proxy, so that a bypassed
+// finalizer cannot leak them. The ConfigMap, the NetworkPolicy and the
+// Service are the provider's secondary resources (provider.SecondaryLister):
+// those whose Pod is gone, which a crash between them and the Pod or a Pod
+// removed by hand leaves, are listed for the garbage collector wherever
+// they live.
 //
 // The provider talks to the API server with its own typed client built from
 // a *rest.Config taken lazily from ctrl.GetConfig() on first use: the
