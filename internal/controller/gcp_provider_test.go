@@ -108,7 +108,7 @@ func inserts(env *gcptest.Env) int {
 // TestGCPInsertExhaustedIsQuotaExceeded: on the real API server, with the
 // real gcp provider over the fake Compute API, every insert of a Proxy's
 // instance is accepted and then fails asynchronously with
-// ZONE_RESOURCE_POOL_EXHAUSTED (the seeds saw only NotFound and created
+// ZONE_RESOURCE_POOL_EXHAUSTED (the earlier providers saw only NotFound and created
 // again at once). The Proxy shows QuotaExceeded with that reason, and the
 // insert is retried on the quota backoff, not in a tight loop:
 //

@@ -52,7 +52,7 @@ func secondaryExists(p *fake.Provider, kind, instance string) bool {
 
 // TestSecondaryWithoutInstanceCollectedAfterGrace (issue 8, item 2): a
 // secondary resource whose instance is gone and whose owner is on no Proxy
-// (the seeds' overlay without its domain) is kept while it is not older
+// (the earlier providers' overlay without its domain) is kept while it is not older
 // than the grace and deleted through the provider after, with one log line
 // that says only what a deletion may say; the live instance's own
 // secondary next to it stays.

@@ -113,7 +113,7 @@ func newSDKAPI(project, fwProject, endpoint string, hc *http.Client) (*sdkAPI, e
 	return a, nil
 }
 
-// Close closes every client (the seeds never closed theirs); later calls
+// Close closes every client (the earlier providers never closed theirs); later calls
 // fail.
 func (a *sdkAPI) Close() error {
 	a.closeOnce.Do(func() {

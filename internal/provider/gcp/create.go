@@ -410,7 +410,7 @@ func (p *Provider) resolve(req provider.CreateRequest) (plan, error) {
 	return pl, nil
 }
 
-// placeZone resolves placement.zone and placement.region (the seeds
+// placeZone resolves placement.zone and placement.region (the earlier providers
 // ignored the region): a zone must be one of the entry's zones when it
 // lists any, and in the region when one is named; a region alone picks the
 // entry's default zone when it is in that region, else the first listed

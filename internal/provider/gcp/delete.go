@@ -24,7 +24,7 @@ const foregroundRuleWait = 2 * time.Second
 // flight (so none inserts what is being deleted), reads the instance,
 // submits one delete operation and follows it in the background (the
 // delete step), which deletes the rule once the instance is gone. While
-// that step runs, Delete submits nothing more (the seeds submitted a
+// that step runs, Delete submits nothing more (the earlier providers submitted a
 // delete on every poll, and overlapping deletes draw 403
 // rateLimitExceeded); a delete that failed is the next Delete's error, with
 // its class, once. The delete's request ID is derived from the instance,

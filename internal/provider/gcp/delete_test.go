@@ -14,7 +14,7 @@ import (
 // Every deletion poll submits a new operation."
 //
 // Delete submits one delete operation and follows it; Deletes while it
-// runs submit nothing (the seeds submitted one per poll, and the API
+// runs submit nothing (the earlier providers submitted one per poll, and the API
 // answers a second delete with 403 rateLimitExceeded, which would read as a
 // quota), and Get never reads the instance Running meanwhile.
 func TestGapEveryDeletionPollSubmitsANewOperation(t *testing.T) {

@@ -16,9 +16,8 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
-// The seeds' known gaps of gcp (section 5 of
-// ../shared/seeds/providers-existing-v2-five-providers.md, and the
-// section 9 gaps that name gcp) each have a test named TestGap<the gap>;
+// The known gaps of the earlier gcp provider (its own, and the
+// cross-provider ones that named gcp) each have a test named TestGap<the gap>;
 // some live next to the code they are about (async_test.go, check_test.go,
 // delete_test.go, list_test.go, observe_test.go, samples_test.go).
 // `go test -run TestGap -v` lists them all; docs/gcp-provider.md maps each

@@ -166,7 +166,7 @@ func (p *Provider) client() (computeAPI, error) {
 }
 
 // Close stops the create steps in flight and closes the API clients (the
-// seeds never closed theirs). The registry calls it when the entry is
+// earlier providers never closed theirs). The registry calls it when the entry is
 // removed or rebuilt and at shutdown; later calls fail Transient.
 func (p *Provider) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), inflight.StopBound)

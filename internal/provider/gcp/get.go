@@ -15,7 +15,7 @@ import (
 // NotFound), in the state table, with its address in the entry's mode. A
 // create step that failed is Get's error, with its class, once (an insert
 // that failed after it was accepted reaches the caller with its class,
-// where the seeds saw only NotFound); while one runs, an instance the API
+// where the earlier providers saw only NotFound); while one runs, an instance the API
 // does not show yet is Provisioning with the step's progress, never
 // NotFound. An instance whose last insert failed and whose failure was
 // reported reads Stopped, so that the reconciler's next Create tries

@@ -8,7 +8,7 @@ import (
 )
 
 // An instance ID is zones/<zone>/instances/<name>, the instance's path
-// within the entry's project (the seeds' form, so IDs recorded by them
+// within the entry's project (the earlier gcp provider's form, so IDs it recorded
 // still parse). The project comes from the config.
 const (
 	idZones     = "zones"

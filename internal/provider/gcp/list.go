@@ -15,7 +15,7 @@ import (
 )
 
 // ourFilter selects this installation's instances in the aggregated
-// list: the managed mark and the installation mark (the seeds filtered on
+// list: the managed mark and the installation mark (the earlier providers filtered on
 // the managed mark only, so two installations sharing a project collected
 // each other's instances).
 func (p *Provider) ourFilter() string {

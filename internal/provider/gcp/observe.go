@@ -9,7 +9,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 )
 
-// Logging tiers (the seeds'): V(1) one outcome line per operation (written
+// Logging tiers (the earlier providers'): V(1) one outcome line per operation (written
 // by the method boundary), one "gcp api call" line per API request
 // (httpobserve) and one per notable event (an insert submitted, an
 // operation failed, a zone left out of a listing); V(2) detail (the curated

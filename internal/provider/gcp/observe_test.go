@@ -17,7 +17,7 @@ import (
 // Every API request is an "HTTP <METHOD>" child span of the operation span
 // it serves, list pages included (the SDK builds those requests without
 // the caller's ctx; the call registry gives it back), and a call made
-// outside any span starts no trace of its own (the seeds' SDK spans were
+// outside any span starts no trace of its own (the earlier provider's SDK spans were
 // not parent-gated).
 func TestGapSDKSpansAreNotParentGated(t *testing.T) {
 	env := gcptest.New(t)

@@ -8,7 +8,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
-// mapState is the seeds' state table with two corrections, both about what
+// mapState is the earlier gcp provider's state table with two corrections, both about what
 // GCE's statuses mean:
 //
 //	| status                                     | address | deleting | state        |
@@ -26,7 +26,7 @@ import (
 // the delete may say RUNNING), and Terminated is what it is (ended for
 // good). TERMINATED is GCE's stopped state, which instances.start leaves
 // ("the instance has stopped, by explicit action or underlying failure"):
-// the seeds reported it as Terminated, so the reconciler deleted and
+// the earlier providers reported it as Terminated, so the reconciler deleted and
 // re-created a VM it could start; here it is Stopped, and Create starts
 // it. The address is the one of the entry's address mode (address).
 func mapState(status, ip string, deleting bool) provider.State {
@@ -47,7 +47,7 @@ func mapState(status, ip string, deleting bool) provider.State {
 
 // address is the instance's address in the entry's mode: the external NAT
 // IP of its first NIC's first access config, or the NIC's internal IP. The
-// seeds read the external one only, so a VM without one stayed
+// earlier providers read the external one only, so a VM without one stayed
 // Provisioning for ever.
 func address(in *computepb.Instance, mode string) string {
 	nics := in.GetNetworkInterfaces()

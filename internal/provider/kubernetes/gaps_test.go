@@ -1,6 +1,6 @@
 package kubernetes
 
-// One test per known gap of the old kubernetes provider (seeds §4), named
+// One test per known gap of the earlier kubernetes provider, named
 // after it, plus the ResourceQuota test against the real API server.
 
 import (

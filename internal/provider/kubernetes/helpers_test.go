@@ -26,7 +26,7 @@ import (
 )
 
 // testProviderName differs from the type on purpose: errors and logs must
-// carry the configured name (seeds §4, gap 1).
+// carry the configured name (a known gap of the earlier kubernetes provider).
 const testProviderName = "pods-test"
 
 // The control plane is shared by the package's tests and started on first

@@ -82,7 +82,7 @@ func assertAlive(t *testing.T, b backend) {
 	}
 }
 
-// The seeds' cancellation gap (kvm: a cancelled call closes the shared
+// The earlier providers' cancellation gap (kvm: a cancelled call closes the shared
 // connection; kvm2: a cancelled call kills the pooled connection once):
 // here a cancelled Create stops waiting at once and a concurrent Get on the
 // same host, on the same pooled connection, is unharmed, before and after,

@@ -394,7 +394,7 @@ func (p *Provider) writeSeed(ctx context.Context, b backend, pool libvirt.Storag
 // reuses the one there when it is exactly what this instance needs: the
 // same backing image and format, the configured size. Anything else (an
 // overlay on an older image, of another size, or not an overlay at all) is
-// rebuilt; the seeds reused whatever had the name.
+// rebuilt; the earlier providers reused whatever had the name.
 func (p *Provider) ensureOverlay(ctx context.Context, b backend, pool libvirt.StoragePool, image libvirt.StorageVol, pl plan, req provider.CreateRequest) (libvirt.StorageVol, error) {
 	name := overlayName(req.Name, p.opts.InstallationID, req.UID)
 	backing, err := b.StorageVolGetPath(ctx, image)

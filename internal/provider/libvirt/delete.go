@@ -18,7 +18,7 @@ import (
 // Nothing of it is left when nil is returned; what is already gone is
 // fine, and a domain under the name that is not this installation's is
 // left alone. An instance on a host no longer in the config is Permanent:
-// the seeds called that done and orphaned the VM.
+// the earlier providers called that done and orphaned the VM.
 func (p *Provider) Delete(ctx context.Context, id string) error {
 	hostName, name, err := parseID(id)
 	if err != nil {

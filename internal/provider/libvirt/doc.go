@@ -4,7 +4,7 @@
 // needs nothing but sshd and libvirtd.
 //
 // One package serves both provider type names, `kvm` and `kvm2` (the two
-// libvirt providers of the seeds): an entry with `type: kvm` and a `kvm:`
+// earlier libvirt providers): an entry with `type: kvm` and a `kvm:`
 // block, or `type: kvm2` and a `kvm2:` block, is read by the same Parse,
 // validation messages name the block the entry used, and both write the same
 // marks, so an entry switched from one name to the other keeps its

@@ -20,8 +20,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
 
-// The seeds' known gaps (sections 6 and 7 of
-// ../shared/seeds/providers-existing-v2-five-providers.md) each have a
+// The known gaps of the earlier kvm and kvm2 providers each have a
 // test named TestGap<the gap>; most live next to the code they are about
 // (create_test.go, delete_test.go, list_test.go, ssh_test.go,
 // backend_test.go, image_test.go, samples_test.go). These are the ones that

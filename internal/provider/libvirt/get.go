@@ -14,7 +14,7 @@ import (
 
 // Get reads the instance: while its create step runs, Provisioning with
 // the step's progress (or the step's failure, once); else the domain by
-// name, ours only (the marks; anything else is NotFound), in the seeds'
+// name, ours only (the marks; anything else is NotFound), in the earlier providers'
 // state table, with its address when it runs. A domain that is not there
 // while volumes of the instance are is a create that was interrupted:
 // Stopped, which makes the reconciler call Create, which resumes it.
@@ -58,7 +58,7 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 // configuredHost is the host an instance ID names. A host that is no
 // longer in the config is Permanent, never NotFound: the domain may well
 // be there, and reading it as gone would have the reconciler make a
-// second instance and forget the first (the seeds orphaned such VMs).
+// second instance and forget the first (the earlier providers orphaned such VMs).
 func (p *Provider) configuredHost(host, id string) (Host, error) {
 	if h, ok := p.host(host); ok {
 		return h, nil

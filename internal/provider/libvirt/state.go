@@ -9,7 +9,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
-// mapState is the seeds' state table (both agreed on it): a domain that
+// mapState is the earlier providers' state table (both agreed on it): a domain that
 // runs serves once it has an address; nostate is a domain being started;
 // every other state (paused, shutting down, shut off, crashed,
 // pmsuspended, anything newer) is Stopped, which makes the reconciler call

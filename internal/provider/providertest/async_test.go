@@ -15,7 +15,7 @@ import (
 )
 
 // The slow-create mutants: the fake with one rule of the bounded-call
-// contract broken, the way the seeds' VM providers broke it (§5-§8).
+// contract broken, the way the earlier VM providers broke it.
 func init() {
 	mutants = append(mutants, []struct{ mode, catchIn string }{
 		{"create-blocks-past-bound", "SlowCreateReturnsWithinBound"}, // kvm, kvm2, proxmox: Create waits for the VM
@@ -131,7 +131,7 @@ func (m *slowMutant) Create(ctx context.Context, req provider.CreateRequest) (pr
 	inst, err := m.mutant.Create(ctx, req)
 	switch m.mode {
 	case "create-blocks-past-bound":
-		// Waits for the instance to run, as the seeds' VM providers did.
+		// Waits for the instance to run, as the earlier VM providers did.
 		for err == nil && inst.State == provider.StateProvisioning && ctx.Err() == nil {
 			time.Sleep(10 * time.Millisecond)
 			inst, err = m.mutant.Get(ctx, inst.ID)

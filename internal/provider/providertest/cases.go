@@ -133,7 +133,7 @@ func testAdoptingStoppedStartsIt(t *testing.T, h Harness) {
 }
 
 // Rule: Create refuses, as Permanent, an instance of ours that belongs to
-// another Proxy, and leaves it alone (seeds §9: three providers adopted it).
+// another Proxy, and leaves it alone (three of the earlier providers adopted it).
 func testRefusesOtherUID(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	req := e.request("other-uid")
@@ -178,7 +178,7 @@ func testRefusesUnmarked(t *testing.T, h Harness) {
 
 // Rule: another installation's instances are invisible: not listed, never
 // adopted (even with the same UID, as after a cluster restore), and our own
-// Deletes never reach them (seeds §9: GC did not know installations).
+// Deletes never reach them (the earlier providers' GC did not know installations).
 func testIgnoresOtherInstallation(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	req := e.request("foreign")
@@ -405,7 +405,7 @@ var opClasses = []struct {
 func needsID(op string) bool { return op == provider.OpGet || op == provider.OpDelete }
 
 // Rule: every error is one *provider.Error naming the configured provider
-// (not its type: seeds §4, kubernetes hardcoded its name) and the op, with
+// (not its type: the earlier kubernetes provider hardcoded its name) and the op, with
 // the class the backend's failure deserves.
 func testErrorsCarryConfiguredName(t *testing.T, h Harness) {
 	for _, oc := range opClasses {

@@ -21,7 +21,7 @@ func (m *mutant) ListSecondary(ctx context.Context) ([]provider.Secondary, error
 	list, err := m.Provider.ListSecondary(m.ctx(ctx))
 	switch m.mode {
 	case "secondary-live-as-orphan":
-		// Compares with the wrong name (the seeds' overlay check against
+		// Compares with the wrong name (the earlier providers' overlay check against
 		// "<name>.qcow2"): every instance looks gone.
 		for i := range list {
 			list[i].InstanceGone = true

@@ -24,7 +24,7 @@ import (
 
 // A suite that cannot fail proves nothing. Each mutant below is the fake
 // with one contract rule broken, most of them the way a real provider broke
-// it (seeds §4-§9), and names the case that must catch it. Every case is
+// it (the known gaps of the earlier providers), and names the case that must catch it. Every case is
 // caught by at least one mutant.
 var mutants = []struct {
 	mode, catchIn string

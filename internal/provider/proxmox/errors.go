@@ -66,7 +66,7 @@ func classifyTransport(ctx context.Context, err error) error {
 	return provider.Errorf(provider.ErrTransient, "PVE request: %w", err)
 }
 
-// classifyAPI classifies PVE's answers once, by the seeds' captured texts.
+// classifyAPI classifies PVE's answers once, by PVE's captured answer texts.
 func classifyAPI(e *apiError) error {
 	m := e.Message
 	switch {

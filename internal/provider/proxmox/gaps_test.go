@@ -22,7 +22,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
-// One test per proxmox known gap of the seeds' appendix (section 8).
+// One test per known gap of the earlier proxmox provider.
 
 // TestGapCreateBlocksUntilRunning: Create returns Provisioning while the
 // clone task still runs (the seed's Create returned only once the VM ran).
