@@ -63,7 +63,7 @@ func main() {
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
 	fs.StringVar(&o.manager, "manager", "", "the operator `binary` to run (make demo builds bin/manager)")
 	fs.BoolVar(&o.check, "check", false, "no terminal: fetch once, delete the Proxy, tear down, exit 0 only if all of it worked")
-	fs.StringVar(&o.providersConfig, "providers-config", "hack/demo/providers.yaml", "the providers config given to the manager")
+	fs.StringVar(&o.providersConfig, "providers-config", "cmd/demo/providers.yaml", "the providers config given to the manager")
 	fs.StringVar(&o.sample, "sample", "config/samples/proxy_local.yaml", "the Proxy to apply")
 	fs.StringVar(&o.crdDir, "crd-dir", "config/crd/bases", "the CRDs to install")
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 2*time.Minute, "how long the Proxy may take to become Ready")
