@@ -63,21 +63,44 @@ install-test-deps: ## Install the Debian packages the tests use (squid, cloud-in
 envtest-assets: ## Build kube-apiserver and etcd for envtest (cached; 10-30 min cold).
 	hack/build-control-plane.sh
 
+# What a cold `make test` waits for, overlapped: the control plane's build
+# is CPU-bound; the module downloads, the Debian packages and the libvirt
+# guest (mmdebstrap) wait on the network. So two chains run side by side
+# (-j2): the apt steps stay in one chain, one after the other (one dpkg
+# lock). Warm, each step is a cache hit of a second or two. The guest is
+# built early only as root (it needs root); otherwise test-libvirt comes to
+# it, after the other tests, as before.
+.PHONY: test-prereqs
+test-prereqs:
+	$(MAKE) --no-print-directory -j2 envtest-assets test-downloads
+
+.PHONY: test-downloads
+test-downloads:
+	$(GO) mod download
+	$(MAKE) --no-print-directory install-test-deps
+	@if [ "$${SKIP_LIBVIRT_TESTS:-}" != 1 ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory libvirt-guest; fi
+
+# One build for vet and the tests: -vet=all runs every analyzer go vet runs,
+# on the packages as the -race build compiles them (a separate go vet would
+# compile the whole tree a second time, without -race). test/libvirt/...,
+# which runs inside the libvirt test host only, is vetted with -race too, so
+# its dependencies are the ones just built.
 .PHONY: test
-test: manifests generate vet envtest-assets install-test-deps ## Run every test against a real kube-apiserver and etcd, a real Squid and cloud-init, and (as root) a real libvirtd, QEMU and OpenSSH. SKIP_LIBVIRT_TESTS=1 leaves the last out.
+test: manifests generate test-prereqs ## Run every test against a real kube-apiserver and etcd, a real Squid and cloud-init, and (as root) a real libvirtd, QEMU and OpenSSH, vetted in the same build. SKIP_LIBVIRT_TESTS=1 leaves the last out. Fuzzing for new inputs is `make fuzz`.
 	@echo "control plane for the tests: $$($(ENVTEST_ASSETS)/kube-apiserver --version), $$($(ENVTEST_ASSETS)/etcd --version | head -1)"
 	@# test/libvirt/... runs inside the libvirt test host (test-libvirt below), never outside it.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $$($(GO) list ./... | grep -v '/test/libvirt/') -race -count=1 -timeout 25m
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $$($(GO) list ./... | grep -v '/test/libvirt/') -vet=all -race -count=1 -timeout 25m
+	$(GO) vet -race ./test/libvirt/...
 	@if [ "$${SKIP_LIBVIRT_TESTS:-}" = 1 ]; then \
 		echo "SKIP_LIBVIRT_TESTS=1: the tests against the real libvirtd (make test-libvirt) are left out"; \
 	else \
 		KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(MAKE) --no-print-directory test-libvirt PKG=./test/libvirt/...; \
 	fi
-	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 # Every native fuzzer (func FuzzXxx in a fuzz_test.go), one `go test -fuzz`
-# each: go fuzzes one target per run. Plain `go test` already replays each
-# seed corpus (testdata/fuzz/FuzzXxx); this also searches for new inputs.
+# each: go fuzzes one target per run. Plain `go test` (so `make test`)
+# already replays each seed corpus (testdata/fuzz/FuzzXxx); this searches
+# for new inputs, a step of its own in CI (.ci/run).
 # Go 1.26's fuzz coordinator can fail a run with a bare "context deadline
 # exceeded" at the end of -fuzztime on a loaded machine, with no input found
 # (golang/go#75804, fixed in Go 1.27): such a run is reported and skipped;
