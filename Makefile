@@ -211,14 +211,14 @@ run: manifests generate ## Run the operator against the current kubeconfig with 
 ##@ Demo
 
 .PHONY: demo
-demo: build envtest-kubectl ## Run the operator end to end on the local provider (Ctrl-C stops everything).
+demo: build envtest-kubectl ## Run the operator end to end on the local provider (Ctrl-C stops everything); the manager's log goes to bin/demo-manager.log, its warnings and errors to the screen.
 	$(GO) build -o $(LOCALBIN)/demo ./cmd/demo
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/demo --manager $(LOCALBIN)/manager
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/demo --manager $(LOCALBIN)/manager --manager-log $(LOCALBIN)/demo-manager.log
 
 .PHONY: demo-check
 demo-check: build envtest-assets ## The demo without a terminal: exit 0 only if a fetch through the proxy worked.
 	$(GO) build -o $(LOCALBIN)/demo ./cmd/demo
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/demo --manager $(LOCALBIN)/manager --check
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/demo --manager $(LOCALBIN)/manager --manager-log $(LOCALBIN)/demo-manager.log --check
 
 SOAK_PROVIDER ?= kubernetes
 SOAK_CYCLES ?=
