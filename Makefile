@@ -63,21 +63,44 @@ install-test-deps: ## Install the Debian packages the tests use (squid, cloud-in
 envtest-assets: ## Build kube-apiserver and etcd for envtest (cached; 10-30 min cold).
 	hack/build-control-plane.sh
 
+# What a cold `make test` waits for, overlapped: the control plane's build
+# is CPU-bound; the module downloads, the Debian packages and the libvirt
+# guest (mmdebstrap) wait on the network. So two chains run side by side
+# (-j2): the apt steps stay in one chain, one after the other (one dpkg
+# lock). Warm, each step is a cache hit of a second or two. The guest is
+# built early only as root (it needs root); otherwise test-libvirt comes to
+# it, after the other tests, as before.
+.PHONY: test-prereqs
+test-prereqs:
+	$(MAKE) --no-print-directory -j2 envtest-assets test-downloads
+
+.PHONY: test-downloads
+test-downloads:
+	$(GO) mod download
+	$(MAKE) --no-print-directory install-test-deps
+	@if [ "$${SKIP_LIBVIRT_TESTS:-}" != 1 ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory libvirt-guest; fi
+
+# One build for vet and the tests: -vet=all runs every analyzer go vet runs,
+# on the packages as the -race build compiles them (a separate go vet would
+# compile the whole tree a second time, without -race). test/libvirt/...,
+# which runs inside the libvirt test host only, is vetted with -race too, so
+# its dependencies are the ones just built.
 .PHONY: test
-test: manifests generate vet envtest-assets install-test-deps ## Run every test against a real kube-apiserver and etcd, a real Squid and cloud-init, and (as root) a real libvirtd, QEMU and OpenSSH. SKIP_LIBVIRT_TESTS=1 leaves the last out.
+test: manifests generate test-prereqs ## Run every test against a real kube-apiserver and etcd, a real Squid and cloud-init, and (as root) a real libvirtd, QEMU and OpenSSH, vetted in the same build. SKIP_LIBVIRT_TESTS=1 leaves the last out. Fuzzing for new inputs is `make fuzz`.
 	@echo "control plane for the tests: $$($(ENVTEST_ASSETS)/kube-apiserver --version), $$($(ENVTEST_ASSETS)/etcd --version | head -1)"
-	@# hack/libvirt/... runs inside the libvirt test host (test-libvirt below), never outside it.
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $$($(GO) list ./... | grep -v '/hack/libvirt/') -race -count=1 -timeout 25m
+	@# test/libvirt/... runs inside the libvirt test host (test-libvirt below), never outside it.
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(GO) test $$($(GO) list ./... | grep -v '/test/libvirt/') -vet=all -race -count=1 -timeout 25m
+	$(GO) vet -race ./test/libvirt/...
 	@if [ "$${SKIP_LIBVIRT_TESTS:-}" = 1 ]; then \
 		echo "SKIP_LIBVIRT_TESTS=1: the tests against the real libvirtd (make test-libvirt) are left out"; \
 	else \
-		KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(MAKE) --no-print-directory test-libvirt PKG=./hack/libvirt/...; \
+		KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(MAKE) --no-print-directory test-libvirt PKG=./test/libvirt/...; \
 	fi
-	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
 
 # Every native fuzzer (func FuzzXxx in a fuzz_test.go), one `go test -fuzz`
-# each: go fuzzes one target per run. Plain `go test` already replays each
-# seed corpus (testdata/fuzz/FuzzXxx); this also searches for new inputs.
+# each: go fuzzes one target per run. Plain `go test` (so `make test`)
+# already replays each seed corpus (testdata/fuzz/FuzzXxx); this searches
+# for new inputs, a step of its own in CI (.ci/run).
 # Go 1.26's fuzz coordinator can fail a run with a bare "context deadline
 # exceeded" at the end of -fuzztime on a loaded machine, with no input found
 # (golang/go#75804, fixed in Go 1.27): such a run is reported and skipped;
@@ -129,10 +152,10 @@ cluster-load: ## Import an image archive (docker-archive or OCI) into the e2e cl
 test-e2e: $(KUSTOMIZE) ## End to end on the e2e cluster: cluster-up, both images built and imported, the OpenTelemetry Collector (hack/tools/otelcol, cached) deployed, test/e2e/config applied, go test ./test/e2e, cluster-down (root; E2E_RUN=FetchThroughSquid runs one subtest; docs/testing.md).
 	KUSTOMIZE="$(KUSTOMIZE)" test/e2e/run.sh
 
-##@ libvirt test host (hack/libvirt; root; `make test` runs test-libvirt with PKG=./hack/libvirt/...)
+##@ libvirt test host (hack/libvirt; root; `make test` runs test-libvirt with PKG=./test/libvirt/...)
 
 # The packages test-libvirt runs inside the host, and extra go test flags.
-PKG ?= ./hack/libvirt/...
+PKG ?= ./test/libvirt/...
 TESTFLAGS ?=
 
 .PHONY: libvirt-install
@@ -152,7 +175,7 @@ libvirt-down: ## Remove the libvirt test host: guests, daemons, namespace, pool,
 	hack/libvirt/down.sh
 
 .PHONY: test-libvirt
-test-libvirt: libvirt-guest ## Bring the libvirt test host up, run PKG (default ./hack/libvirt/...) inside it, tear it down even on failure.
+test-libvirt: libvirt-guest ## Bring the libvirt test host up, run PKG (default ./test/libvirt/...) inside it, tear it down even on failure.
 	PKG="$(PKG)" TESTFLAGS="$(TESTFLAGS)" hack/libvirt/test.sh
 
 ##@ Build
@@ -188,14 +211,14 @@ run: manifests generate ## Run the operator against the current kubeconfig with 
 ##@ Demo
 
 .PHONY: demo
-demo: build envtest-kubectl ## Run the operator end to end on the local provider (Ctrl-C stops everything).
-	$(GO) build -o $(LOCALBIN)/demo ./hack/demo
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/demo --manager $(LOCALBIN)/manager
+demo: build envtest-kubectl ## Run the operator end to end on the local provider (Ctrl-C stops everything); the manager's log goes to bin/demo-manager.log, its warnings and errors to the screen.
+	$(GO) build -o $(LOCALBIN)/demo ./cmd/demo
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/demo --manager $(LOCALBIN)/manager --manager-log $(LOCALBIN)/demo-manager.log
 
 .PHONY: demo-check
 demo-check: build envtest-assets ## The demo without a terminal: exit 0 only if a fetch through the proxy worked.
-	$(GO) build -o $(LOCALBIN)/demo ./hack/demo
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/demo --manager $(LOCALBIN)/manager --check
+	$(GO) build -o $(LOCALBIN)/demo ./cmd/demo
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/demo --manager $(LOCALBIN)/manager --manager-log $(LOCALBIN)/demo-manager.log --check
 
 SOAK_PROVIDER ?= kubernetes
 SOAK_CYCLES ?=
@@ -204,15 +227,15 @@ SOAK_FLAGS ?=
 
 .PHONY: soak
 soak: build envtest-assets ## Crash soak: Proxy cycles while the operator is SIGKILLed at random; fails on a stuck Proxy, a leaked instance or a duplicate (SOAK_PROVIDER=kubernetes|libvirt SOAK_CYCLES= (100; libvirt 15) SOAK_SEED=0 SOAK_FLAGS=--inject-leak=behind; docs/testing.md). libvirt brings the libvirt test host up and down (root).
-	$(GO) build -o $(LOCALBIN)/soak ./hack/soak
+	$(GO) build -o $(LOCALBIN)/soak ./test/soak
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" SOAK_PROVIDER=$(SOAK_PROVIDER) SOAK_CYCLES=$(SOAK_CYCLES) SOAK_SEED=$(SOAK_SEED) \
-		$(if $(filter libvirt,$(SOAK_PROVIDER)),hack/soak/libvirt.sh )$(LOCALBIN)/soak --manager $(LOCALBIN)/manager $(SOAK_FLAGS)
+		$(if $(filter libvirt,$(SOAK_PROVIDER)),test/soak/libvirt.sh )$(LOCALBIN)/soak --manager $(LOCALBIN)/manager $(SOAK_FLAGS)
 
 BENCH_FLAGS ?=
 
 .PHONY: bench-fleet
 bench-fleet: build envtest-assets ## Fleet benchmark: the API server's floor and the operator on N Proxies per provider, `key: value` figures (N=1000 PROVIDERS=local,kubernetes BENCH_MANAGER_FLAGS= BENCH_MANAGER_GOMEMLIMIT=; docs/performance.md).
-	$(GO) build -o $(LOCALBIN)/benchfleet ./hack/benchfleet
+	$(GO) build -o $(LOCALBIN)/benchfleet ./test/benchfleet
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/benchfleet --manager $(LOCALBIN)/manager $(BENCH_FLAGS)
 
 # The fault drills (test/drills): the operator as assembled, the fake

@@ -8,7 +8,7 @@
 #     imports both under their digests; the operator's image runs /manager
 #     as 65532 on a read-only root; the Squid image runs the kubernetes
 #     provider's own Pod and config and forwards a request on loopback
-#     (hack/image/squidcheck). containerd is stopped by its PID at the end,
+#     (test/image/squidcheck). containerd is stopped by its PID at the end,
 #     also on failure.
 # Needs root (containerd), Debian's squid, containerd and runc, and
 # KUBEBUILDER_ASSETS (the envtest control plane the provider runs against).
@@ -79,9 +79,9 @@ out=$("${ctr[@]}" run --rm --read-only "$mref" "image-test-manager-$$" /manager 
 grep -q -- '-gc-grace' <<<"$out" || fail "/manager --help printed no usage: $out"
 echo "/manager --help: usage printed"
 
-step "running the Squid image as the kubernetes provider's Pod (hack/image/squidcheck)"
+step "running the Squid image as the kubernetes provider's Pod (test/image/squidcheck)"
 [ -n "${KUBEBUILDER_ASSETS:-}" ] || fail "KUBEBUILDER_ASSETS is not set (make image-test sets it)"
 SQUID_IMAGE_CTR_SOCKET=$sock SQUID_IMAGE_REF=$("$tool" inspect "$work/1/squid.oci.tar" | jq -r .ref) \
-  go test -C "$root" ./hack/image/squidcheck/ -run TestSquidImageRunsTheProvidersPod -count=1 -v ${IMAGE_TEST_FLAGS:-}
+  go test -C "$root" ./test/image/squidcheck/ -run TestSquidImageRunsTheProvidersPod -count=1 -v ${IMAGE_TEST_FLAGS:-}
 
 step "all image checks passed"

@@ -3,7 +3,7 @@
 # LIBVIRT_TEST_ENV naming its env file, so internal/testenv/libvirthost
 # finds the host (and knows it is inside). Made for go test -exec:
 #
-#   go test -exec "$PWD/hack/libvirt/run.sh" ./hack/libvirt/smoke -v
+#   go test -exec "$PWD/hack/libvirt/run.sh" ./test/libvirt/smoke -v
 #
 # go test builds in the host's namespace (the Go module proxy is out of
 # the test namespace's reach) and only runs the test binary in there.

@@ -3,7 +3,7 @@
 # host up, runs go test on the packages in PKG inside its namespace, and
 # tears the host down afterwards, on failure and on interrupt too.
 #
-#   PKG            packages to test (default ./hack/libvirt/...: the smoke
+#   PKG            packages to test (default ./test/libvirt/...: the smoke
 #                  test, the conformance suite, the end-to-end test)
 #   TESTFLAGS      extra go test flags (e.g. -run TestX); -v -count=1 always
 #   LIBVIRT_TEST_TIMEOUT     go test's -timeout (default 40m: the suites
@@ -16,7 +16,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 need_root
 cd "$here/../.."
-pkgs=${PKG:-./hack/libvirt/...}
+pkgs=${PKG:-./test/libvirt/...}
 
 dump_logs() {
 	local f

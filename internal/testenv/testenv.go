@@ -107,7 +107,7 @@ func WithCRDPaths(paths ...string) Option {
 // certificates in dir/kube-apiserver, instead of temporary directories of
 // envtest's own. dir must exist; the caller removes it after Stop. Both
 // processes then name dir on their command lines, so a program that runs
-// the control plane (hack/demo) can tell its own processes from any other.
+// the control plane (cmd/demo) can tell its own processes from any other.
 func WithDataDir(dir string) Option {
 	return func(o *options) { o.dataDir = dir }
 }

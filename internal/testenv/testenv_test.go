@@ -301,7 +301,7 @@ func TestStartStop(t *testing.T) {
 
 // TestWithDataDir: etcd's data and the kube-apiserver's certificates go
 // under the given directory, both processes name it on their command lines
-// while they run (hack/demo finds its control plane that way), and none
+// while they run (cmd/demo finds its control plane that way), and none
 // does after Stop.
 func TestWithDataDir(t *testing.T) {
 	dir := t.TempDir()

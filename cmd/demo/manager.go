@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/childproc"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/childproc"
 )
 
 const (
@@ -25,7 +25,7 @@ const (
 	// managerGrace is how long the manager gets to stop after SIGTERM
 	// before SIGKILL.
 	managerGrace = 20 * time.Second
-	// managerPrefix starts every line of the manager's output.
+	// managerPrefix starts every line the screen shows of the manager's.
 	managerPrefix = "manager | "
 )
 
@@ -33,11 +33,12 @@ const (
 // of its own. One goroutine waits for it, so it is reaped as soon as it
 // exits, and done tells everyone else.
 type managerProcess struct {
-	out  *printer
-	cmd  *exec.Cmd
-	pid  int
-	done chan struct{} // closed once the process has exited and been reaped
-	err  error         // how it exited; read only after done
+	out     *printer
+	cmd     *exec.Cmd
+	pid     int
+	logPath string        // everything it wrote, the screen shows a part
+	done    chan struct{} // closed once the process has exited and been reaped
+	err     error         // how it exited; read only after done
 }
 
 func (d *demo) startManager(ctx context.Context) error {
@@ -52,7 +53,14 @@ func (d *demo) startManager(ctx context.Context) error {
 		"--health-probe-bind-address", probeAddr,
 		"--leader-elect=false",
 	}
-	out := &prefixWriter{p: d.out, prefix: managerPrefix}
+	logPath, err := filepath.Abs(d.opts.managerLog)
+	if err != nil {
+		return err
+	}
+	out, err := newManagerOutput(d.out, managerPrefix, logPath)
+	if err != nil {
+		return fmt.Errorf("the manager's log: %w", err)
+	}
 	cmd := exec.Command(d.opts.manager, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.cp.kubeconfig)
 	// One writer for both streams, so exec copies them through one pipe
@@ -63,14 +71,18 @@ func (d *demo) startManager(ctx context.Context) error {
 	// still returns.
 	cmd.WaitDelay = 5 * time.Second
 	d.out.say("starting the manager: KUBECONFIG=%s %s %s", d.cp.kubeconfig, relPath(d.opts.manager), strings.Join(relArgs(args), " "))
+	d.out.say("the manager's log, all of it (JSON): %s; its warnings and errors show here, behind %q", relPath(logPath), managerPrefix)
 	if err := cmd.Start(); err != nil {
+		_ = out.Close() // empty: nothing ran
 		return fmt.Errorf("starting the manager: %w", err)
 	}
-	m := &managerProcess{out: d.out, cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
+	m := &managerProcess{out: d.out, cmd: cmd, pid: cmd.Process.Pid, logPath: logPath, done: make(chan struct{})}
 	d.mgr = m
 	go func() {
 		err := cmd.Wait()
-		out.Flush()
+		if cerr := out.Close(); cerr != nil {
+			d.out.say("closing the manager's log %s: %v", relPath(logPath), cerr)
+		}
 		m.err = err
 		close(m.done)
 	}()
@@ -103,7 +115,7 @@ func (d *demo) waitManagerReady(ctx context.Context, readyz string) error {
 // exitedError says that the manager exited, and how, while the demo was
 // doing something else.
 func (m *managerProcess) exitedError(while string) error {
-	return fmt.Errorf("the manager exited (%s) %s; its output is above, behind %q", exitString(m.err), while, managerPrefix)
+	return fmt.Errorf("the manager exited (%s) %s; its errors are above, behind %q (the run's last line names its whole log)", exitString(m.err), while, managerPrefix)
 }
 
 // stop sends SIGTERM to the manager's process group, then SIGKILL after

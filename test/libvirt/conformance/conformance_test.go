@@ -13,7 +13,7 @@
 // libvirtd directly, as a human with virsh would.
 //
 // It runs only inside the host's namespace: `make test-libvirt` (or
-// `go test -exec hack/libvirt/run.sh ./hack/libvirt/conformance`); without
+// `go test -exec hack/libvirt/run.sh ./test/libvirt/conformance`); without
 // a host it skips (internal/testenv/libvirthost).
 //
 // Network: everything this test reaches is on the namespace's loopback

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/childproc"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/childproc"
 )
 
 const (

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/childproc"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/childproc"
 )
 
 const (

@@ -25,9 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/childproc"
-	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/kubelet"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/childproc"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/kubelet"
 )
 
 const (

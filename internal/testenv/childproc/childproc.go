@@ -1,6 +1,9 @@
-// Package childproc is what the hack commands (hack/demo, hack/soak) share
-// about the processes they start: a process group of its own for each
-// child, and the check after teardown that none of them is left.
+// Package childproc is what the commands that run the operator and a
+// control plane as child processes (cmd/demo, test/soak, test/benchfleet)
+// share about them: a process group of its own for each child, and the
+// check after teardown that none of them is left. It lives under
+// internal/testenv, with the control plane it starts, so that cmd/demo
+// imports no test suite and the operator binary none of it.
 package childproc
 
 import (

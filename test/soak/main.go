@@ -23,7 +23,7 @@
 //	census.go        convergence and the count of what is left
 //	inject.go        --inject-leak: instances made behind the operator's back
 //	backend.go       what a run needs of the soaked provider; per-provider defaults
-//	kubernetes.go    the kubernetes provider, with a stand-in kubelet (hack/internal/kubelet)
+//	kubernetes.go    the kubernetes provider, with a stand-in kubelet (internal/testenv/kubelet)
 //	libvirt.go       the libvirt provider on the libvirt test host (run by libvirt.sh)
 package main
 
@@ -47,8 +47,8 @@ import (
 	"github.com/go-logr/logr/funcr"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/childproc"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/childproc"
 )
 
 var errInterrupted = errors.New("interrupted")
@@ -76,7 +76,7 @@ type options struct {
 func main() {
 	var o options
 	fs := flag.NewFlagSet("soak", flag.ExitOnError)
-	fs.StringVar(&o.provider, "provider", envString("SOAK_PROVIDER", providerKubernetes), "the provider to soak: kubernetes (a stand-in kubelet on the run's API server) or libvirt (the libvirt test host's libvirtd; run inside it by hack/soak/libvirt.sh) (env SOAK_PROVIDER)")
+	fs.StringVar(&o.provider, "provider", envString("SOAK_PROVIDER", providerKubernetes), "the provider to soak: kubernetes (a stand-in kubelet on the run's API server) or libvirt (the libvirt test host's libvirtd; run inside it by test/soak/libvirt.sh) (env SOAK_PROVIDER)")
 	fs.StringVar(&o.manager, "manager", "", "the operator `binary` to run and kill (make soak builds bin/manager)")
 	fs.StringVar(&o.crdDir, "crd-dir", "config/crd/bases", "the CRDs to install")
 	fs.IntVar(&o.cycles, "cycles", 0, "create/delete cycles of Proxies to run (env SOAK_CYCLES; default 100 on kubernetes, 15 on libvirt)")

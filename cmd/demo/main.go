@@ -17,7 +17,8 @@
 //	manager.go       the operator as a child process: start, ready, stop, reap
 //	proxy.go         the Proxy: apply the sample, follow it to Ready, delete it
 //	check.go         the origin, the fetch through the proxy, the checks after teardown
-//	output.go        one printer for the demo's lines and the manager's
+//	output.go        one printer for the demo's lines; the manager's log to a
+//	                 file, its warnings and errors to the screen
 //	providers.yaml   the providers config the manager gets
 package main
 
@@ -51,6 +52,7 @@ type options struct {
 	manager         string
 	check           bool
 	providersConfig string
+	managerLog      string
 	sample          string
 	crdDir          string
 	readyTimeout    time.Duration
@@ -63,7 +65,8 @@ func main() {
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
 	fs.StringVar(&o.manager, "manager", "", "the operator `binary` to run (make demo builds bin/manager)")
 	fs.BoolVar(&o.check, "check", false, "no terminal: fetch once, delete the Proxy, tear down, exit 0 only if all of it worked")
-	fs.StringVar(&o.providersConfig, "providers-config", "hack/demo/providers.yaml", "the providers config given to the manager")
+	fs.StringVar(&o.providersConfig, "providers-config", "cmd/demo/providers.yaml", "the providers config given to the manager")
+	fs.StringVar(&o.managerLog, "manager-log", "bin/demo-manager.log", "the `file` the manager's log goes to, all of it (the screen shows its warnings and errors)")
 	fs.StringVar(&o.sample, "sample", "config/samples/proxy_local.yaml", "the Proxy to apply")
 	fs.StringVar(&o.crdDir, "crd-dir", "config/crd/bases", "the CRDs to install")
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 2*time.Minute, "how long the Proxy may take to become Ready")
@@ -81,6 +84,7 @@ func main() {
 	if err := d.main(); err != nil {
 		d.out.mu.Lock() // after the last line on stdout
 		fmt.Fprintf(os.Stderr, "demo FAILED: %v\n", err)
+		fmt.Fprint(os.Stderr, d.managerLogNote())
 		os.Exit(1)
 	}
 	if o.check {
@@ -88,6 +92,7 @@ func main() {
 	} else {
 		d.out.say("stopped; nothing is left running")
 	}
+	d.out.raw(d.managerLogNote())
 }
 
 // demo holds everything one run starts, so that teardown can stop exactly
@@ -222,6 +227,15 @@ func (d *demo) checkInputs() error {
 		}
 	}
 	return nil
+}
+
+// managerLogNote is the last line of a run that started the manager: where
+// its whole log is.
+func (d *demo) managerLogNote() string {
+	if d.mgr == nil {
+		return ""
+	}
+	return "the manager's log: " + relPath(d.mgr.logPath) + "\n"
 }
 
 func (d *demo) printHowTo() {

@@ -8,8 +8,8 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/childproc"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/childproc"
 )
 
 // controlPlane is the kube-apiserver and etcd of one run, started the way

@@ -9,7 +9,7 @@
 #   LIBVIRT_TEST_KEEP_UP=1   leave the host up afterwards (make libvirt-down)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-lv=$here/../libvirt
+lv=$here/../../hack/libvirt
 . "$lv/lib.sh"
 need_root
 [ $# -gt 0 ] || die "usage: $0 SOAK-COMMAND [ARG...]"

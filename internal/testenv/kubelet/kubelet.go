@@ -1,6 +1,6 @@
 // Package kubelet plays the kubelet for the kubernetes provider's Pods on
-// a control plane with no nodes (envtest), for the hack commands that run
-// the operator on that provider (hack/soak, hack/benchfleet): each new Pod
+// a control plane with no nodes (envtest), for the commands that run
+// the operator on that provider (test/soak, test/benchfleet): each new Pod
 // the provider marks managed is set Running and Ready with an address from
 // 192.0.2.0/24 (TEST-NET-1, a status value only: nothing is ever sent to
 // it). Without it no Proxy would become Ready. A Pod no node runs is

@@ -6,7 +6,7 @@
 // the guest's Squid over a loopback port forward, and a refusal.
 //
 // It runs only inside the host's namespace: `make test-libvirt` (or
-// `hack/libvirt/run.sh go test ./hack/libvirt/smoke`); without a host it
+// `hack/libvirt/run.sh go test ./test/libvirt/smoke`); without a host it
 // skips, with one it never does (internal/testenv/libvirthost).
 //
 // Network: every connection this test makes goes to the namespace's

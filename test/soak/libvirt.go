@@ -25,7 +25,7 @@ import (
 
 // libvirtBackend soaks the libvirt provider (type kvm) against the real
 // libvirtd of the libvirt test host (hack/libvirt, docs/testing.md), which
-// the run must be inside of: hack/soak/libvirt.sh brings the host up and
+// the run must be inside of: test/soak/libvirt.sh brings the host up and
 // runs the soak in its namespace, so the control plane, the manager, sshd
 // and the image server share the namespace's loopback, and the guests
 // reach nothing (the namespace has no route out).
@@ -74,7 +74,7 @@ func (b *libvirtBackend) prepare(ctx context.Context) error {
 		return err
 	}
 	if !in {
-		return fmt.Errorf("the soak runs outside the libvirt test host's namespace %s: run it with `make soak SOAK_PROVIDER=libvirt` (hack/soak/libvirt.sh)", h.NetNS)
+		return fmt.Errorf("the soak runs outside the libvirt test host's namespace %s: run it with `make soak SOAK_PROVIDER=libvirt` (test/soak/libvirt.sh)", h.NetNS)
 	}
 	if err := libvirthost.Contained(); err != nil {
 		return err

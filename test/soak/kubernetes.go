@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/kubelet"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/kubernetes"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/kubelet"
 )
 
 // backendNamespace holds the kubernetes provider's objects: a fixed
@@ -25,7 +25,7 @@ import (
 const backendNamespace = "soak-backend"
 
 // kubernetesBackend soaks the kubernetes provider on the run's own API
-// server; the stand-in kubelet (hack/internal/kubelet) marks its Pods
+// server; the stand-in kubelet (internal/testenv/kubelet) marks its Pods
 // Running and Ready.
 type kubernetesBackend struct {
 	s  *soak

@@ -41,8 +41,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/egress-proxies-operator/egress-proxies-operator/hack/internal/childproc"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/childproc"
 )
 
 const (

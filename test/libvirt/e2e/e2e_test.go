@@ -6,7 +6,7 @@
 // cloud-config.
 //
 // It runs only inside the host's namespace: `make test-libvirt` (or
-// `go test -exec hack/libvirt/run.sh ./hack/libvirt/e2e` with
+// `go test -exec hack/libvirt/run.sh ./test/libvirt/e2e` with
 // KUBEBUILDER_ASSETS set); without a host it skips
 // (internal/testenv/libvirthost).
 //
