@@ -155,23 +155,8 @@ func TestDeleteRightAfterCreateMeetsTheInsert(t *testing.T) {
 	for _, answerLost := range []bool{true, false} {
 		t.Run(map[bool]string{true: "insert answer lost", false: "operation wait cut"}[answerLost], func(t *testing.T) {
 			env := gcptest.New(t)
-			p := newTestProvider(t, env, nil)
-			accepted := make(chan int, 1)
-			p.wireSeam = cutInsert(answerLost, accepted)
-			b := bounded(p)
 			req := testRequest("del-inserting")
-			inst, err := b.Create(t.Context(), req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case code := <-accepted:
-				if code != http.StatusOK {
-					t.Fatalf("the create step's insert answered %d", code)
-				}
-			case <-time.After(provider.CallBound):
-				t.Fatal("the create step sent no insert")
-			}
+			b, inst := createCut(t, env, req, answerLost)
 			if err := b.Delete(t.Context(), inst.ID); err != nil {
 				t.Fatalf("Delete right after Create, its insert accepted and still running: %v", err)
 			}
@@ -199,20 +184,7 @@ func TestDeleteRightAfterCreateMeetsTheInsert(t *testing.T) {
 func TestDeleteMeetsTheInsertAgainAfterAMiss(t *testing.T) {
 	env := gcptest.New(t)
 	env.Fake.SetAdvanceOnGet(false)
-	p := newTestProvider(t, env, nil)
-	accepted := make(chan int, 1)
-	p.wireSeam = cutInsert(true, accepted)
-	b := bounded(p)
-	req := testRequest("del-missed")
-	inst, err := b.Create(t.Context(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-accepted:
-	case <-time.After(provider.CallBound):
-		t.Fatal("the create step sent no insert")
-	}
+	b, inst := createCut(t, env, testRequest("del-missed"), true)
 	failNext(env, "POST", insertPath, &fakecompute.APIError{Code: http.StatusInternalServerError, Reason: "backendError",
 		Domain: "global", Message: "Internal error. Please try again or contact Google Support."})
 	if err := b.Delete(t.Context(), inst.ID); !errors.Is(err, provider.ErrTransient) || !strings.Contains(err.Error(), "busy") {
@@ -222,6 +194,29 @@ func TestDeleteMeetsTheInsertAgainAfterAMiss(t *testing.T) {
 		t.Fatalf("the next Delete: %v; want the insert met, and the delete submitted", err)
 	}
 	deleteAndWait(t, b, inst.ID)
+}
+
+// createCut creates req over env under cutInsert and returns once the
+// create step hangs with its insert accepted.
+func createCut(t *testing.T, env *gcptest.Env, req provider.CreateRequest, answerLost bool) (provider.Provider, provider.Instance) {
+	t.Helper()
+	p := newTestProvider(t, env, nil)
+	accepted := make(chan int, 1)
+	p.wireSeam = cutInsert(answerLost, accepted)
+	b := bounded(p)
+	inst, err := b.Create(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-accepted:
+		if code != http.StatusOK {
+			t.Fatalf("the create step's insert answered %d", code)
+		}
+	case <-time.After(provider.CallBound):
+		t.Fatal("the create step sent no insert")
+	}
+	return b, inst
 }
 
 // cutInsert is a wire seam that leaves the create step's instance insert
