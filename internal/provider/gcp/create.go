@@ -205,6 +205,14 @@ func (p *Provider) createStep(ctx context.Context, api computeAPI, pl plan, req 
 	attempt := p.insertAttempt(req.Name)
 	requestID := insertRequestID(p.opts.InstallationID, p.cfg.Project, pl.zone, req.Name, req.UID, attempt)
 	log.V(2).Info("gcp insert request", "request", describeInsert(body), "requestId", requestID, "attempt", attempt)
+	// Cancelled from here on, the step leaves its insert to Delete: the
+	// API may have accepted it, and keeps making the instance.
+	p.sentInserts.Add(req.Name, sentInsert{body: body, requestID: requestID})
+	defer func() {
+		if ctx.Err() == nil {
+			p.sentInserts.Remove(req.Name)
+		}
+	}()
 	op, err := api.InsertInstance(ctx, pl.zone, body, requestID)
 	if err != nil {
 		if isAlreadyExists(err) {
@@ -228,6 +236,13 @@ func (p *Provider) createStep(ctx context.Context, api computeAPI, pl plan, req 
 	p.forgetInsert(req.Name)
 	log.V(1).Info("gcp insert done", "operation", op.GetName())
 	return nil
+}
+
+// sentInsert is an insert a create step sent. Sent again under its request
+// ID it is the same insert: the API answers with its operation.
+type sentInsert struct {
+	body      *computepb.Instance
+	requestID string
 }
 
 // notFoundIsTransient keeps a step's class but never NotFound: the

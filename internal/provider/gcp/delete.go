@@ -19,10 +19,16 @@ const progressDeleting = "delete operation running"
 // delete operation (the rest is the collector's, should it not end).
 const foregroundRuleWait = 2 * time.Second
 
+// foregroundInsertWait is how long Delete's foreground waits for the insert
+// of the create step it cancelled (meetInsert); the rest of
+// foregroundBound is the delete's.
+const foregroundInsertWait = 5 * time.Second
+
 // Delete removes the instance, then its firewall rule. It returns early
 // (profile delete-return: returns-early): it cancels the create step in
 // flight (so none inserts what is being deleted), reads the instance,
-// submits one delete operation and follows it in the background (the
+// waits for an insert the cancelled step had sent (meetInsert), submits
+// one delete operation and follows it in the background (the
 // delete step), which deletes the rule once the instance is gone. While
 // that step runs, Delete submits nothing more (the earlier providers submitted a
 // delete on every poll, and overlapping deletes draw 403
@@ -50,6 +56,8 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	p.forgetInsert(name)
+	sent, inserting := p.sentInserts.Get(name)
+	p.sentInserts.Remove(name)
 	switch st := p.deleting.Poll(name); {
 	case st.Err != nil:
 		return st.Err
@@ -75,6 +83,9 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 		log.Info("gcp instance under the instance's name is not this installation's: left alone")
 		return p.removeRule(fg, api, name, foregroundRuleWait)
 	}
+	if inserting {
+		p.meetInsert(fg, api, zone, name, sent)
+	}
 	op, err := p.submitDelete(fg, api, zone, name, in.GetId())
 	if err != nil || op == nil {
 		return err
@@ -85,6 +96,34 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 		return p.deleteStep(httpobserve.WithOp(ctx, httpobserve.OpDeleteStep), api, zone, name, op)
 	})
 	return err
+}
+
+// meetInsert waits, at most foregroundInsertWait, for the insert that the
+// create step this Delete cancelled had sent: the API may have accepted it
+// (its answer lost to the cancellation, or its operation not followed to
+// the end), and refuses to delete an instance its insert is still making
+// (400 resourceNotReady), which would leave a Proxy deleted right after
+// its creation waiting out the reconciler's backoff. The insert sent again
+// under its request ID is answered with its operation; it inserts nothing
+// new, as the instance exists (409: the instance is another insert's, and
+// there is nothing to wait for). An insert not met is the next Delete's to
+// meet, and this one goes on: a delete that meets it running is Transient.
+func (p *Provider) meetInsert(ctx context.Context, api computeAPI, zone, name string, sent sentInsert) {
+	what := "insert of instance " + formatID(zone, name)
+	op, err := api.InsertInstance(ctx, zone, sent.body, sent.requestID)
+	if err == nil {
+		wctx, cancel := context.WithTimeout(ctx, foregroundInsertWait)
+		defer cancel()
+		op, err = waitZoneOp(wctx, api, zone, op, what)
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	switch {
+	case err == nil:
+		log.V(1).Info("gcp insert of the cancelled create step met and ended", "operation", op.GetName())
+	case !isAlreadyExists(err):
+		p.sentInserts.Add(name, sent)
+		log.V(1).Info("gcp insert of the cancelled create step not met", "error", errText(err))
+	}
 }
 
 // submitDelete submits the instance's delete under its request ID; nil

@@ -2,12 +2,16 @@ package gcp
 
 import (
 	"errors"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp/fakecompute"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp/gcptest"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 )
 
 // Seed gap (gcp): "Delete: submits a delete operation and returns ...
@@ -134,5 +138,122 @@ func TestDeleteOfABusyInstanceIsTransient(t *testing.T) {
 		if !errors.Is(err, provider.ErrTransient) || !strings.Contains(err.Error(), "busy") {
 			t.Errorf("mode %d: Delete of an instance being deleted by someone else: %v; want Transient", mode, err)
 		}
+	}
+}
+
+// A Proxy deleted just after it was created: Delete cancels the create
+// step after the API accepted its insert, while the insert's operation
+// still runs, and nobody follows it any more. That is the race
+// conformance's DeleteLeavesNothing met (2 in 15 runs), the step's insert
+// answer lost to the cancellation; here also with the answer read and the
+// step's wait for the operation cut. The API refuses to delete an instance
+// its insert is still making (400 resourceNotReady); Delete meets the
+// insert instead (the same insert again, under its request ID, is answered
+// with its operation), waits for it and deletes the instance at once, as a
+// Delete right after Create does on every provider.
+func TestDeleteRightAfterCreateMeetsTheInsert(t *testing.T) {
+	for _, answerLost := range []bool{true, false} {
+		t.Run(map[bool]string{true: "insert answer lost", false: "operation wait cut"}[answerLost], func(t *testing.T) {
+			env := gcptest.New(t)
+			req := testRequest("del-inserting")
+			b, inst := createCut(t, env, req, answerLost)
+			if err := b.Delete(t.Context(), inst.ID); err != nil {
+				t.Fatalf("Delete right after Create, its insert accepted and still running: %v", err)
+			}
+			deleteAndWait(t, b, inst.ID)
+			inserts := 0
+			for _, o := range env.Fake.Operations(testProject) {
+				if o.GetOperationType() == "insert" && strings.HasSuffix(o.GetTargetLink(), "/instances/"+req.Name) {
+					inserts++
+				}
+			}
+			if inserts != 1 {
+				t.Errorf("%d insert operations, want 1: the insert Delete met was another", inserts)
+			}
+			if env.Fake.Firewall(testProject, req.Name) != nil {
+				t.Error("the rule outlived its instance")
+			}
+		})
+	}
+}
+
+// An insert Delete could not meet (here the API refused the insert sent
+// again) leaves that Delete to go on as before, Transient on the busy
+// instance; the next Delete meets it. Only waits move the insert on here,
+// so nothing but meeting it ends it.
+func TestDeleteMeetsTheInsertAgainAfterAMiss(t *testing.T) {
+	env := gcptest.New(t)
+	env.Fake.SetAdvanceOnGet(false)
+	b, inst := createCut(t, env, testRequest("del-missed"), true)
+	failNext(env, "POST", insertPath, &fakecompute.APIError{Code: http.StatusInternalServerError, Reason: "backendError",
+		Domain: "global", Message: "Internal error. Please try again or contact Google Support."})
+	if err := b.Delete(t.Context(), inst.ID); !errors.Is(err, provider.ErrTransient) || !strings.Contains(err.Error(), "busy") {
+		t.Fatalf("Delete whose insert was not met: %v; want Transient, busy", err)
+	}
+	if err := b.Delete(t.Context(), inst.ID); err != nil {
+		t.Fatalf("the next Delete: %v; want the insert met, and the delete submitted", err)
+	}
+	deleteAndWait(t, b, inst.ID)
+}
+
+// createCut creates req over env under cutInsert and returns once the
+// create step hangs with its insert accepted.
+func createCut(t *testing.T, env *gcptest.Env, req provider.CreateRequest, answerLost bool) (provider.Provider, provider.Instance) {
+	t.Helper()
+	p := newTestProvider(t, env, nil)
+	accepted := make(chan int, 1)
+	p.wireSeam = cutInsert(answerLost, accepted)
+	b := bounded(p)
+	inst, err := b.Create(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-accepted:
+		if code != http.StatusOK {
+			t.Fatalf("the create step's insert answered %d", code)
+		}
+	case <-time.After(provider.CallBound):
+		t.Fatal("the create step sent no insert")
+	}
+	return b, inst
+}
+
+// cutInsert is a wire seam that leaves the create step's instance insert
+// running at the API while the step hangs until its ctx ends, as a
+// cancellation that lands then leaves it: with answerLost the insert's
+// answer is lost, otherwise the step reads it and its wait for the
+// operation hangs. accepted receives the insert's status once the step
+// hangs.
+func cutInsert(answerLost bool, accepted chan<- int) func(http.RoundTripper) http.RoundTripper {
+	var once sync.Once
+	code := 0
+	hang := func(req *http.Request) (*http.Response, error) {
+		once.Do(func() { accepted <- code })
+		<-req.Context().Done()
+		return nil, req.Context().Err()
+	}
+	return func(next http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if httpobserve.OpOf(req.Context()) != httpobserve.OpCreateStep || req.Method != http.MethodPost {
+				return next.RoundTrip(req)
+			}
+			switch path := req.URL.Path; {
+			case strings.HasSuffix(path, "/instances"):
+				resp, err := next.RoundTrip(req)
+				if err != nil {
+					return nil, err
+				}
+				code = resp.StatusCode
+				if !answerLost {
+					return resp, nil
+				}
+				resp.Body.Close()
+				return hang(req)
+			case strings.Contains(path, "/zones/") && strings.HasSuffix(path, "/wait"):
+				return hang(req)
+			}
+			return next.RoundTrip(req)
+		})
 	}
 }

@@ -58,6 +58,9 @@ type Provider struct {
 	// nothing more (overlapping deletes draw 403 rateLimitExceeded), and
 	// Get never reads the instance as Running.
 	deleting *inflight.Table
+	// sentInserts are the inserts of create steps cancelled before they
+	// saw them end, for the Delete that cancelled them (meetInsert).
+	sentInserts inflight.Set[sentInsert]
 
 	// mu guards the memory below, which a restart may lose: it only
 	// makes answers more precise, and nothing is wrong without it.

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/proxmox/fakepve"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
@@ -98,6 +101,10 @@ func TestDeleteWhileStartTaskRuns(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.fake.SetTaskPolls("qmstart", 30)
+	// The step reads the start task once, then waits until Delete cancels
+	// it: the 30 polls, 1 ms apart, used to be over before this test's
+	// Get saw "start task running" (4 in 20 runs under -race and load).
+	e.p.setWire(pauseStartTask())
 	in, err := e.p.Create(ctx, request("proxy-startdel", "b1111111-2222-3333-4444-555555555555"))
 	must(t, err)
 	testenv.EventuallyNil(t, "the start task running", func() error {
@@ -126,6 +133,24 @@ func TestDeleteWhileStartTaskRuns(t *testing.T) {
 	})
 	if _, ok := e.fake.VM(vmid); ok {
 		t.Fatalf("VM %d still exists", vmid)
+	}
+}
+
+// pauseStartTask is a wire seam under which the create step reads the
+// start task's status once and its next read waits for the step's end: the
+// step goes on following a running task (the fake's tasks move on with
+// status reads and its clock) until it is cancelled.
+func pauseStartTask() func(http.RoundTripper) http.RoundTripper {
+	var reads atomic.Int32
+	return func(next http.RoundTripper) http.RoundTripper {
+		return rtFunc(func(req *http.Request) (*http.Response, error) {
+			if httpobserve.OpOf(req.Context()) == httpobserve.OpCreateStep && req.Method == http.MethodGet &&
+				strings.Contains(req.URL.Path, ":qmstart:") && strings.HasSuffix(req.URL.Path, "/status") && reads.Add(1) > 1 {
+				<-req.Context().Done()
+				return nil, req.Context().Err()
+			}
+			return next.RoundTrip(req)
+		})
 	}
 }
 

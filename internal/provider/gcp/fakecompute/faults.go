@@ -1,9 +1,13 @@
 package fakecompute
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/internal/fakehttp"
+)
 
 // Always as a Fault's Times keeps the fault until Reset or ClearFaults.
-const Always = -1
+const Always = fakehttp.Always
 
 // Fault is a failure injected for the calls matching Method and Path.
 //
@@ -25,40 +29,26 @@ type Fault struct {
 	Async  *AsyncError
 }
 
-func (f *Fault) matches(method, path string) bool {
-	if f.Method != "" && !strings.EqualFold(f.Method, method) {
-		return false
+// apiPath is a request path below /compute/v1/, as Fault paths are.
+func apiPath(path string) string { return strings.TrimPrefix(path, apiPrefix) }
+
+// requestTarget is where a logged call went, for Count.
+func requestTarget(r Request) (string, string, bool) { return r.Method, apiPath(r.Path), true }
+
+// FailNext queues f: the next f.Times calls matching it fail. Faults are
+// tried in the order queued.
+func (s *Server) FailNext(f Fault) {
+	if (f.Err == nil) == (f.Async == nil) {
+		panic("fakecompute: a Fault needs exactly one of Err and Async")
 	}
-	return matchPath(strings.Trim(f.Path, "/"), strings.Trim(strings.TrimPrefix(path, apiPrefix), "/"))
+	s.faults.Add(fakehttp.Pattern{Method: f.Method, Path: f.Path}, f.Times, &f)
 }
 
-func matchPath(pattern, path string) bool {
-	ps, xs := strings.Split(pattern, "/"), strings.Split(path, "/")
-	for i, p := range ps {
-		if p == "**" && i == len(ps)-1 {
-			return len(xs) >= i
-		}
-		if i >= len(xs) || (p != "*" && p != xs[i]) {
-			return false
-		}
-	}
-	return len(ps) == len(xs)
-}
+// ClearFaults drops every queued fault.
+func (s *Server) ClearFaults() { s.faults.Clear() }
 
 // takeFault pops the first sync (async=false) or async fault matching the
 // request, counting one use. Callers hold s.mu.
 func (s *Server) takeFault(method, path string, async bool) *Fault {
-	for i, f := range s.faults {
-		if (f.Async != nil) != async || !f.matches(method, path) {
-			continue
-		}
-		if f.Times != Always {
-			f.Times--
-			if f.Times <= 0 {
-				s.faults = append(s.faults[:i:i], s.faults[i+1:]...)
-			}
-		}
-		return f
-	}
-	return nil
+	return s.faults.Take(method, apiPath(path), func(f *Fault) bool { return (f.Async != nil) == async })
 }

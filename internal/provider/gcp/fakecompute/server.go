@@ -18,6 +18,8 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/internal/fakehttp"
 )
 
 const (
@@ -42,8 +44,8 @@ type Server struct {
 	seq        uint64
 	external   map[string]bool // external addresses in use
 	extCursor  int             // the last external address handed out
-	log        []Request
-	faults     []*Fault
+	log        fakehttp.Log[Request]
+	faults     fakehttp.Faults[Fault]
 
 	knobs knobs
 }
@@ -115,6 +117,7 @@ func WithClock(now func() time.Time) Option {
 // instances advancing on each GET, quota failures asynchronous.
 func New(opts ...Option) *Server {
 	s := &Server{ix: newIndex(DefaultCatalogue()), now: time.Now}
+	s.log.Target = requestTarget
 	for _, o := range opts {
 		o(s)
 	}
@@ -143,8 +146,8 @@ func (s *Server) resetLocked() {
 	s.requestIDs = map[string]*operation{}
 	s.external = map[string]bool{}
 	s.extCursor = 0
-	s.log = nil
-	s.faults = nil
+	s.log.Clear()
+	s.faults.Clear()
 	s.knobs = defaultKnobs()
 }
 
@@ -242,27 +245,6 @@ func (s *Server) RequireToken(token string) {
 	s.knobs.token = token
 }
 
-// FailNext queues f: the next f.Times calls matching it fail. Faults are
-// tried in the order queued.
-func (s *Server) FailNext(f Fault) {
-	if (f.Err == nil) == (f.Async == nil) {
-		panic("fakecompute: a Fault needs exactly one of Err and Async")
-	}
-	if f.Times == 0 {
-		f.Times = 1
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = append(s.faults, &f)
-}
-
-// ClearFaults drops every queued fault.
-func (s *Server) ClearFaults() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = nil
-}
-
 // Advance moves every running operation (and every pending external
 // address) steps polls on, as if that much time passed.
 func (s *Server) Advance(steps int) {
@@ -317,40 +299,17 @@ type Request struct {
 }
 
 // String is "METHOD path?query -> status".
-func (r Request) String() string {
-	q := ""
-	if len(r.Query) > 0 {
-		q = "?" + r.Query.Encode()
-	}
-	return fmt.Sprintf("%s %s%s -> %d", r.Method, r.Path, q, r.Status)
-}
+func (r Request) String() string { return fakehttp.Line(r.Method, r.Path, r.Query, "", r.Status) }
 
 // Requests returns the calls so far, oldest first.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.log...)
-}
+func (s *Server) Requests() []Request { return s.log.All() }
 
 // ClearRequests empties the request log.
-func (s *Server) ClearRequests() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.log = nil
-}
+func (s *Server) ClearRequests() { s.log.Clear() }
 
 // Count is how many logged calls match method ("" any) and a Fault-style
 // path pattern.
-func (s *Server) Count(method, pattern string) int {
-	f := Fault{Method: method, Path: pattern}
-	n := 0
-	for _, r := range s.Requests() {
-		if f.matches(r.Method, r.Path) {
-			n++
-		}
-	}
-	return n
-}
+func (s *Server) Count(method, pattern string) int { return s.log.Count(method, pattern) }
 
 // ---- HTTP ----
 
@@ -382,7 +341,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer func() {
-		s.log = append(s.log, Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.Query(),
+		s.log.Add(Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.Query(),
 			Body: summarizeBody(body), Status: sw.status, RequestParams: r.Header.Get("x-goog-request-params"),
 			Authorized: r.Header.Get("Authorization") != ""})
 	}()

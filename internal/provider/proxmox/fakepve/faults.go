@@ -1,9 +1,9 @@
 package fakepve
 
-import "strings"
+import "github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/internal/fakehttp"
 
 // Always as a Fault's Times keeps it until Reset or ClearFaults.
-const Always = -1
+const Always = fakehttp.Always
 
 // Fault changes the next Times calls matching Method and Path.
 //
@@ -29,45 +29,16 @@ type Fault struct {
 	TaskPolls int
 }
 
-func (f *Fault) matches(method, rel string) bool {
-	if f.Method != "" && !strings.EqualFold(f.Method, method) {
-		return false
-	}
-	return matchPath(strings.Trim(f.Path, "/"), strings.Trim(rel, "/"))
-}
-
-func matchPath(pattern, path string) bool {
-	ps, xs := strings.Split(pattern, "/"), strings.Split(path, "/")
-	for i, p := range ps {
-		if p == "**" && i == len(ps)-1 {
-			return len(xs) >= i
-		}
-		if i >= len(xs) || (p != "*" && p != xs[i]) {
-			return false
-		}
-	}
-	return len(ps) == len(xs)
-}
-
 // FailNext queues f.
 func (s *Server) FailNext(f Fault) {
 	if f.Hold == 0 && f.Err == nil && f.Task == nil && f.TaskPolls == 0 {
 		panic("fakepve: a Fault needs Hold, Err, Task or TaskPolls")
 	}
-	if f.Times == 0 {
-		f.Times = 1
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = append(s.faults, &f)
+	s.faults.Add(fakehttp.Pattern{Method: f.Method, Path: f.Path}, f.Times, &f)
 }
 
 // ClearFaults drops every queued fault.
-func (s *Server) ClearFaults() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults = nil
-}
+func (s *Server) ClearFaults() { s.faults.Clear() }
 
 // Holding is how many calls a Hold fault keeps waiting now.
 func (s *Server) Holding() int {
@@ -78,18 +49,4 @@ func (s *Server) Holding() int {
 
 // takeFault pops the first fault matching the call, counting one use.
 // Callers hold s.mu.
-func (s *Server) takeFault(method, rel string) *Fault {
-	for i, f := range s.faults {
-		if !f.matches(method, rel) {
-			continue
-		}
-		if f.Times != Always {
-			f.Times--
-			if f.Times <= 0 {
-				s.faults = append(s.faults[:i:i], s.faults[i+1:]...)
-			}
-		}
-		return f
-	}
-	return nil
-}
+func (s *Server) takeFault(method, rel string) *Fault { return s.faults.Take(method, rel, nil) }

@@ -69,21 +69,8 @@ func TestPropertyStrings(t *testing.T) {
 	}
 }
 
-func TestMatchPathPatterns(t *testing.T) {
-	for _, c := range []struct {
-		pattern, path string
-		want          bool
-	}{
-		{"nodes/*/qemu/*/status/*", "/nodes/pve1/qemu/101/status/start", true},
-		{"nodes/*/qemu/**", "/nodes/pve1/qemu/101/agent/network-get-interfaces", true},
-		{"nodes/*/qemu/**", "/nodes/pve1/qemu", true},
-		{"nodes/*/qemu/*", "/nodes/pve1/qemu/101/config", false},
-		{"version", "/version", true},
-	} {
-		if got := matchPath(c.pattern, c.path[1:]); got != c.want {
-			t.Errorf("matchPath(%q, %q) = %v", c.pattern, c.path, got)
-		}
-	}
+// The path patterns' table is fakehttp's TestMatchPath.
+func TestSplitAPIPath(t *testing.T) {
 	for _, c := range []struct{ path, format, rel string }{
 		{"/api2/json/version", "json", "/version"},
 		{"/api2/json/", "json", "/"},

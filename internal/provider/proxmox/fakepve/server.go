@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/internal/fakehttp"
 )
 
 // Server is the fake PVE API. New builds it, Start serves it over TLS on
@@ -38,8 +39,8 @@ type Server struct {
 	nextID   NextID
 	pidSeq   int
 	step     int64 // Advance steps so far
-	log      []Request
-	faults   []*Fault
+	log      fakehttp.Log[Request]
+	faults   fakehttp.Faults[Fault]
 	holding  int
 	knobs    knobs
 
@@ -77,6 +78,7 @@ func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = n
 // soon as their VM runs; /cluster/resources is current on every read.
 func New(opts ...Option) *Server {
 	s := &Server{world: DefaultWorld(), now: time.Now, conns: map[net.Conn]bool{}}
+	s.log.Target = requestTarget
 	s.cond = sync.NewCond(&s.mu)
 	for _, o := range opts {
 		o(s)
@@ -212,8 +214,8 @@ func (s *Server) resetLocked() {
 	s.running = nil
 	s.pidSeq = 0x0022A5F0
 	s.step = 0
-	s.log = nil
-	s.faults = nil
+	s.log.Clear()
+	s.faults.Clear()
 	s.knobs = defaultKnobs()
 	for _, v := range w.Volumes {
 		if err := s.putVolumeLocked(v); err != nil {
@@ -258,50 +260,29 @@ type UploadInfo struct {
 
 // String is "METHOD path?query [keys] -> status".
 func (r Request) String() string {
-	q := ""
-	if len(r.Query) > 0 {
-		q = "?" + r.Query.Encode()
-	}
 	k := ""
 	if len(r.FormKeys) > 0 {
 		k = " [" + strings.Join(r.FormKeys, ",") + "]"
 	}
-	return fmt.Sprintf("%s %s%s%s -> %d", r.Method, r.Path, q, k, r.Status)
+	return fakehttp.Line(r.Method, r.Path, r.Query, k, r.Status)
 }
 
-func (s *Server) logRequest(r Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.log = append(s.log, r)
+// requestTarget is where a logged call went, for Count: its path below
+// /api2/<format>.
+func requestTarget(r Request) (string, string, bool) {
+	_, rel, ok := splitAPIPath(r.Path)
+	return r.Method, rel, ok
 }
 
 // Requests returns the calls so far, oldest first.
-func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Request(nil), s.log...)
-}
+func (s *Server) Requests() []Request { return s.log.All() }
 
 // ClearRequests empties the request log.
-func (s *Server) ClearRequests() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.log = nil
-}
+func (s *Server) ClearRequests() { s.log.Clear() }
 
 // Count is how many logged calls match method ("" any) and a Fault-style
 // path pattern (below /api2/json).
-func (s *Server) Count(method, pattern string) int {
-	f := Fault{Method: method, Path: pattern}
-	n := 0
-	for _, r := range s.Requests() {
-		_, rel, ok := splitAPIPath(r.Path)
-		if ok && f.matches(r.Method, rel) {
-			n++
-		}
-	}
-	return n
-}
+func (s *Server) Count(method, pattern string) int { return s.log.Count(method, pattern) }
 
 // ---- dispatch ----
 

@@ -209,7 +209,7 @@ func (s *Server) answer(r *http.Request, body []byte, chunked bool) (resp respon
 		if drop {
 			entry.Status = 0
 		}
-		s.logRequest(entry)
+		s.log.Add(entry)
 	}()
 
 	if !knownMethods[r.Method] {
