@@ -1,11 +1,15 @@
 // Package egress is the destination policy of every provider's proxy: which
-// addresses and ports a client may reach through it. An egress proxy must not
-// be a way into the networks behind it, so the policy denies loopback,
-// link-local (cloud metadata), private and shared address space by default,
-// lets CONNECT reach port 443 only, and opens exceptions only where the
-// operator's admin lists them in the providers config. The local provider
-// checks it before every dial; the Squid generator (internal/provider/squid)
-// renders the same policy as ACLs, so the two cannot drift apart.
+// addresses, ports and schemes a client may reach through it. An egress
+// proxy must not be a way into the networks behind it, so the policy refuses
+// every range IANA's special-purpose registries mark as not globally
+// reachable (loopback, link-local with the cloud metadata endpoints,
+// private, shared, documentation, reserved, multicast, ...) and the IPv6
+// forms that carry an IPv4 address, lets CONNECT reach port 443 only, and
+// opens exceptions only where the operator's admin lists them in the
+// providers config. A name is refused when any of its addresses is, or when
+// it has none. The local provider calls Decide before every dial; the Squid
+// generator (internal/provider/squid) renders the same Policy as ACLs, and a
+// differential test (test/policy) runs one corpus through both.
 //
 // It also holds the one parser of CIDRs for the providers: a range must be
 // written in canonical form (no host bits, the canonical spelling), because
@@ -22,33 +26,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// Range is a denied range and why it is denied, for refusals a reader can
-// act on.
+// Range is a refused range and why it is refused, for refusals a reader
+// can act on.
 type Range struct {
 	Prefix netip.Prefix
 	Why    string
 }
-
-// defaultDenied are the ranges no proxy reaches unless an entry allows them.
-// 0.0.0.0/8 and :: are in because connecting to 0.0.0.0 or [::] reaches the
-// host itself on Linux. IPv4-mapped IPv6 addresses (::ffff:10.0.0.1) are
-// checked as the IPv4 address they carry.
-var defaultDenied = []Range{
-	{netip.MustParsePrefix("0.0.0.0/8"), `"this network" (0.0.0.0 reaches the proxy's own host)`},
-	{netip.MustParsePrefix("127.0.0.0/8"), "loopback"},
-	{netip.MustParsePrefix("169.254.0.0/16"), "link-local (cloud metadata at 169.254.169.254)"},
-	{netip.MustParsePrefix("10.0.0.0/8"), "private (RFC 1918)"},
-	{netip.MustParsePrefix("172.16.0.0/12"), "private (RFC 1918)"},
-	{netip.MustParsePrefix("192.168.0.0/16"), "private (RFC 1918)"},
-	{netip.MustParsePrefix("100.64.0.0/10"), "shared address space (RFC 6598, carrier-grade NAT and some clusters)"},
-	{netip.MustParsePrefix("::/128"), "unspecified ([::] reaches the proxy's own host)"},
-	{netip.MustParsePrefix("::1/128"), "loopback"},
-	{netip.MustParsePrefix("fe80::/10"), "link-local"},
-	{netip.MustParsePrefix("fc00::/7"), "unique local (RFC 4193; cloud metadata at fd00:ec2::254)"},
-}
-
-// DefaultDenied returns the ranges denied by default, in a fixed order.
-func DefaultDenied() []Range { return slices.Clone(defaultDenied) }
 
 // DefaultConnectPort is the only port CONNECT reaches unless an entry lists
 // others: HTTPS. CONNECT to any other port tunnels any protocol (SMTP, SSH)
@@ -94,6 +77,11 @@ type Settings struct {
 	AllowedDestinations []string `json:"allowedDestinations,omitempty"`
 	// ConnectPorts are the ports CONNECT may reach; empty means 443 only.
 	ConnectPorts []int32 `json:"connectPorts,omitempty"`
+	// AllowNAT64 lets proxies reach NAT64's well-known prefix 64:ff9b::/96,
+	// for IPv6-only networks whose DNS64 answers with it. Each address in
+	// it is then checked as the IPv4 address it carries, so 64:ff9b::7f00:1
+	// (127.0.0.1) stays refused.
+	AllowNAT64 bool `json:"allowNAT64,omitempty"`
 }
 
 // Validate checks the block; every error names its field under path.
@@ -120,16 +108,37 @@ func (s *Settings) Validate(path *field.Path) field.ErrorList {
 	return errs
 }
 
-// Policy builds the policy the settings describe, with extra denied ranges
-// (such as a cluster's Service and Pod ranges) added to the defaults. The
-// settings must have passed Validate.
+// Policy builds the policy the settings describe, with extra refused
+// ranges (such as a cluster's Service and Pod ranges) added to the
+// registry's. The settings must have passed Validate.
 func (s *Settings) Policy(extra ...Range) *Policy {
-	p := &Policy{denied: append(DefaultDenied(), extra...)}
-	for _, r := range s.AllowedDestinations {
-		if pfx, err := ParseCanonical(r); err == nil {
-			p.allowed = append(p.allowed, pfx)
+	rows, reachable := registryRanges()
+	rows = append(rows, extra...)
+	var holes []netip.Prefix
+	for _, r := range reachable {
+		holes = append(holes, r.Prefix)
+	}
+	for _, a := range s.AllowedDestinations {
+		if pfx, err := ParseCanonical(a); err == nil {
+			holes = append(holes, pfx)
 		}
 	}
+	refused := cutOut(disjoint(rows), holes)
+	if s.AllowNAT64 {
+		// NAT64 opens, except where it carries a refused IPv4 address.
+		refused = cutOut(refused, []netip.Prefix{nat64Block})
+		var embedded []Range
+		for _, r := range refused {
+			if r.Prefix.Addr().Is4() {
+				embedded = append(embedded, Range{Prefix: embedNAT64(r.Prefix), Why: "NAT64 form of " + r.Why})
+			}
+		}
+		refused = append(refused, cutOut(embedded, holes)...)
+	}
+	// An IPv6 range never decides an IPv4-mapped address: both enforcements
+	// check those as IPv4.
+	refused = cutOut(refused, []netip.Prefix{mappedBlock})
+	p := &Policy{refused: refused, rows: rows}
 	for _, port := range s.ConnectPorts {
 		p.connectPorts = append(p.connectPorts, uint16(port))
 	}
@@ -142,37 +151,106 @@ func (s *Settings) Policy(extra ...Range) *Policy {
 // Default is the policy of an entry that sets nothing.
 func Default() *Policy { return (&Settings{}).Policy() }
 
-// Policy decides which destinations a proxy may reach. A destination is
-// refused when any denied range holds it and no allowed range does: an
-// allowed range is an exception the admin chose, so it wins.
+// Policy decides where a proxy's clients may go. It is the one description
+// both enforcements read: the local provider calls Decide for each request,
+// and the Squid generator renders Refused and the ports as ACLs that decide
+// the same.
 type Policy struct {
-	denied       []Range
-	allowed      []netip.Prefix
+	// refused is the set no address of a destination may be in: the
+	// registry's refused rows and the extra ranges, less the reachable
+	// rows and the admin's allowed ranges. No two ranges overlap.
+	refused []Range
+	// rows are the refused rows before the cut, for the reason a refusal
+	// gives (the narrowest row holding the address).
+	rows         []Range
 	connectPorts []uint16
 }
 
-// Denied are the denied ranges, defaults first.
-func (p *Policy) Denied() []Range { return slices.Clone(p.denied) }
-
-// Allowed are the admin's exceptions.
-func (p *Policy) Allowed() []netip.Prefix { return slices.Clone(p.allowed) }
+// Refused is the refused set: no two ranges overlap, and no address of an
+// allowed destination is in any. Squid renders it as one dst ACL.
+func (p *Policy) Refused() []Range { return slices.Clone(p.refused) }
 
 // ConnectPorts are the ports CONNECT may reach.
 func (p *Policy) ConnectPorts() []uint16 { return slices.Clone(p.connectPorts) }
 
-// Refusal is a destination the policy refuses, with the reason.
+// Schemes are the URL schemes a plain (not CONNECT) request may use. Squid
+// would also speak FTP (logging in as "Squid@") and more; an egress proxy
+// forwards the web only.
+var Schemes = []string{"http", "https"}
+
+// HiddenRequestHeaders are removed from every request a proxy forwards:
+// they would tell the destination about the clients and the networks behind
+// the proxy (the proxies add none of their own either).
+var HiddenRequestHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Via"}
+
+// Destination is what a proxy knows about where a request goes when it
+// decides: the request's form, the target's port and every address the
+// target has (an IP literal's own, or all the answers for a name; none when
+// the name does not resolve).
+type Destination struct {
+	Connect bool
+	// Scheme is a plain request's URL scheme, lower case; unused for
+	// CONNECT.
+	Scheme string
+	Port   uint16
+	Addrs  []netip.Addr
+}
+
+// Refusal is a destination the policy refuses, with the reason. The reason
+// is for the log: it names addresses, so a proxy answers its client with
+// Class's fixed text instead.
 type Refusal struct {
-	// Addr is the refused address; invalid when the port alone decided.
+	Class RefusalClass
+	// Addr is the refused address, when one decided.
 	Addr   netip.Addr
 	Port   uint16
 	Reason string
 }
 
+// RefusalClass says what about a destination was refused.
+type RefusalClass int
+
+const (
+	// RefusedPort: the port is not one the request's form may reach.
+	RefusedPort RefusalClass = iota
+	// RefusedScheme: a plain request for a scheme other than http(s).
+	RefusedScheme
+	// RefusedAddress: an address of the destination is in the refused set.
+	RefusedAddress
+	// RefusedUnresolved: the name has no address.
+	RefusedUnresolved
+)
+
 func (r *Refusal) Error() string {
-	if r.Addr.IsValid() {
+	switch {
+	case r.Class == RefusedUnresolved:
+		return "destination is refused: " + r.Reason
+	case r.Addr.IsValid():
 		return fmt.Sprintf("destination %s is refused: %s", r.Addr, r.Reason)
+	case r.Class == RefusedScheme:
+		return "destination is refused: " + r.Reason
 	}
 	return fmt.Sprintf("destination port %d is refused: %s", r.Port, r.Reason)
+}
+
+// Decide is the policy's answer for one request: nil when it may go, a
+// *Refusal when not. A name is refused when any of its addresses is
+// refused, and when it has none.
+func (p *Policy) Decide(d Destination) error {
+	if err := p.CheckRequest(d.Connect, d.Scheme, d.Port); err != nil {
+		return err
+	}
+	return p.CheckAddrs(d.Addrs)
+}
+
+// CheckRequest is the part of Decide a proxy can make before it resolves
+// the name: the request's form, scheme and port.
+func (p *Policy) CheckRequest(connect bool, scheme string, port uint16) error {
+	if !connect && !slices.Contains(Schemes, scheme) {
+		return &Refusal{Class: RefusedScheme, Port: port, Reason: fmt.Sprintf(
+			"scheme %q: this proxy forwards %s only", scheme, strings.Join(Schemes, " and "))}
+	}
+	return p.CheckPort(port, connect)
 }
 
 // CheckPort refuses a port: CONNECT reaches only the connect ports, a plain
@@ -182,7 +260,7 @@ func (p *Policy) CheckPort(port uint16, connect bool) error {
 		if slices.Contains(p.connectPorts, port) {
 			return nil
 		}
-		return &Refusal{Port: port, Reason: fmt.Sprintf(
+		return &Refusal{Class: RefusedPort, Port: port, Reason: fmt.Sprintf(
 			"CONNECT reaches only port %s; an admin can add ports with connectPorts in the provider entry", joinPorts(p.connectPorts))}
 	}
 	for _, r := range safePorts {
@@ -190,34 +268,59 @@ func (p *Policy) CheckPort(port uint16, connect bool) error {
 			return nil
 		}
 	}
-	return &Refusal{Port: port, Reason: "not one of the ports plain requests may reach (" + joinRanges(safePorts) + ")"}
+	return &Refusal{Class: RefusedPort, Port: port, Reason: "not one of the ports plain requests may reach (" + joinRanges(safePorts) + ")"}
 }
 
-// CheckAddr refuses an address in a denied range that no allowed range
-// holds. An IPv4-mapped IPv6 address is checked as its IPv4 address.
-func (p *Policy) CheckAddr(addr netip.Addr) error {
-	addr = addr.WithZone("").Unmap()
-	for _, a := range p.allowed {
-		if a.Contains(addr) {
-			return nil
-		}
+// CheckAddrs refuses a destination with no address, or with any address
+// CheckAddr refuses: a name that also resolves to loopback is refused even
+// when another of its addresses is allowed, since a client could make the
+// proxy connect to either.
+func (p *Policy) CheckAddrs(addrs []netip.Addr) error {
+	if len(addrs) == 0 {
+		return &Refusal{Class: RefusedUnresolved, Reason: "the name does not resolve"}
 	}
-	for _, d := range p.denied {
-		if d.Prefix.Contains(addr) {
-			return &Refusal{Addr: addr, Reason: fmt.Sprintf(
-				"it is in %s, %s, which this proxy denies; an admin can allow it with allowedDestinations in the provider entry",
-				d.Prefix, d.Why)}
+	for _, a := range addrs {
+		if err := p.CheckAddr(a); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// Check is CheckPort and then CheckAddr for one destination.
-func (p *Policy) Check(dst netip.AddrPort, connect bool) error {
-	if err := p.CheckPort(dst.Port(), connect); err != nil {
-		return err
+// CheckAddr refuses an address in the refused set. An IPv4-mapped IPv6
+// address is checked as its IPv4 address.
+func (p *Policy) CheckAddr(addr netip.Addr) error {
+	addr = addr.WithZone("").Unmap()
+	for _, r := range p.refused {
+		if r.Prefix.Contains(addr) {
+			why := p.narrowest(addr, r)
+			return &Refusal{Class: RefusedAddress, Addr: addr, Reason: fmt.Sprintf(
+				"it is in %s, %s, which this proxy refuses; an admin can allow it with allowedDestinations in the provider entry",
+				why.Prefix, why.Why)}
+		}
 	}
-	return p.CheckAddr(dst.Addr())
+	return nil
+}
+
+// narrowest is, for the reason a refusal gives, the row the refused range
+// holding addr was cut from (a refusal of 127.0.0.1 names 127.0.0.0/8 even
+// where an allowed 127.0.0.5 split it), or a narrower row inside it that
+// holds addr too (::1 is refused as part of ::/96, IPv4-compatible, but is
+// loopback).
+func (p *Policy) narrowest(addr netip.Addr, piece Range) Range {
+	best := piece
+	for _, r := range p.rows {
+		if r.Why == piece.Why && r.Prefix.Contains(addr) {
+			best = r
+			break
+		}
+	}
+	for _, r := range p.rows {
+		if r.Prefix.Contains(addr) && r.Prefix.Bits() > best.Prefix.Bits() {
+			best = r
+		}
+	}
+	return best
 }
 
 func joinPorts(ports []uint16) string {

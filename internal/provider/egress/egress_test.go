@@ -70,6 +70,12 @@ func TestDefaultPolicyDeniesInternalRanges(t *testing.T) {
 		"100.64.0.1", "100.127.255.255", "100.100.100.200",
 		"::", "::1", "fe80::1", "fe80::1%eth0", "fc00::1", "fd00::1", "fd00:ec2::254",
 		"::ffff:127.0.0.1", "::ffff:10.0.0.1", "::ffff:169.254.169.254",
+		// Grown to the registries' not globally reachable rows.
+		"192.0.2.1", "198.51.100.7", "203.0.113.9", "198.18.0.1", "192.0.0.8", "192.0.0.170", "240.0.0.1",
+		"255.255.255.255", "224.0.0.1", "239.255.255.250", "192.88.99.1",
+		"2001:db8::1", "3fff::1", "100::1", "2001:2::1", "5f00::1", "ff02::1", "64:ff9b:1::1",
+		// IPv4 carried in IPv6: refused whole by default.
+		"64:ff9b::7f00:1", "64:ff9b::808:808", "::7f00:1", "::ffff:0:7f00:1", "2002:7f00:1::1", "2001::1",
 	} {
 		err := p.CheckAddr(netip.MustParseAddr(a))
 		var r *Refusal
@@ -77,7 +83,7 @@ func TestDefaultPolicyDeniesInternalRanges(t *testing.T) {
 			t.Errorf("CheckAddr(%s): %v, want a Refusal pointing at allowedDestinations", a, err)
 		}
 	}
-	for _, a := range []string{"192.0.2.1", "198.51.100.7", "172.32.0.1", "100.128.0.1", "11.0.0.1", "2001:db8::1", "fe00::1"} {
+	for _, a := range []string{"172.32.0.1", "100.128.0.1", "11.0.0.1", "2a00:1450::1", "fe00::1", "192.0.0.9", "2001:1::1", "2001:3::5", "::ffff:11.0.0.1"} {
 		if err := p.CheckAddr(netip.MustParseAddr(a)); err != nil {
 			t.Errorf("CheckAddr(%s): %v, want allowed", a, err)
 		}
@@ -94,11 +100,14 @@ func TestAllowedDestinationsAreExceptions(t *testing.T) {
 		t.Fatal(errs)
 	}
 	extra := Range{netip.MustParsePrefix("203.0.113.0/24"), "the cluster's Service range"}
+	// 203.0.113.0/24 is documentation, already refused: the narrower
+	// reason would be the registry's; make it a range of its own.
+	extra = Range{netip.MustParsePrefix("203.0.113.0/25"), "the cluster's Service range"}
 	p := s.Policy(extra)
 	for a, allowed := range map[string]bool{
 		"127.0.0.5": true, "127.0.0.6": false, "127.0.0.1": false,
 		"10.20.1.1": true, "10.21.0.1": false, "::ffff:10.20.1.1": true,
-		"203.0.113.9": false, "198.51.100.1": true,
+		"203.0.113.9": false, "198.51.100.1": false, "11.0.0.1": true,
 	} {
 		if err := p.CheckAddr(netip.MustParseAddr(a)); (err == nil) != allowed {
 			t.Errorf("CheckAddr(%s): %v, want allowed=%t", a, err, allowed)
@@ -128,8 +137,14 @@ func TestCheckPort(t *testing.T) {
 			t.Errorf("CheckPort(%d, connect=%t) with connect ports %v: %v, want ok=%t", tc.port, tc.connect, tc.p.ConnectPorts(), err, tc.ok)
 		}
 	}
-	if err := def.Check(netip.MustParseAddrPort("10.0.0.1:22"), true); err == nil || !strings.Contains(err.Error(), "connectPorts") {
-		t.Errorf("Check of CONNECT 10.0.0.1:22: %v, want the port refusal naming connectPorts", err)
+	if err := def.Decide(Destination{Connect: true, Port: 22, Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}); err == nil || !strings.Contains(err.Error(), "connectPorts") {
+		t.Errorf("Decide of CONNECT 10.0.0.1:22: %v, want the port refusal naming connectPorts", err)
+	}
+	for _, scheme := range []string{"ftp", "gopher", "", "HTTP"} {
+		var r *Refusal
+		if err := def.Decide(Destination{Scheme: scheme, Port: 80, Addrs: []netip.Addr{netip.MustParseAddr("11.0.0.1")}}); !errors.As(err, &r) || r.Class != RefusedScheme {
+			t.Errorf("Decide of a plain %q request: %v, want the scheme refused", scheme, err)
+		}
 	}
 }
 
@@ -161,4 +176,160 @@ func TestSettingsValidate(t *testing.T) {
 	if errs := ok.Validate(nil); len(errs) > 0 {
 		t.Errorf("Validate(%+v): %v", ok, errs)
 	}
+}
+
+// A name is refused when any of its addresses is refused, whichever comes
+// first and whatever else is allowed, and when it has none.
+func TestCheckAddrsRefusesMixedAndEmptyAnswers(t *testing.T) {
+	p := (&Settings{AllowedDestinations: []string{"10.20.0.0/16"}}).Policy()
+	addrs := func(ss ...string) []netip.Addr {
+		out := make([]netip.Addr, len(ss))
+		for i, s := range ss {
+			out[i] = netip.MustParseAddr(s)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		addrs []netip.Addr
+		class RefusalClass
+		ok    bool
+	}{
+		{addrs("10.20.0.5"), 0, true},
+		{addrs("10.20.0.5", "11.0.0.1"), 0, true},
+		{addrs("10.20.0.5", "127.0.0.1"), RefusedAddress, false},
+		{addrs("127.0.0.1", "10.20.0.5"), RefusedAddress, false},
+		{addrs("11.0.0.1", "::1"), RefusedAddress, false},
+		{addrs("2a00:1450::1", "::ffff:169.254.169.254"), RefusedAddress, false},
+		{nil, RefusedUnresolved, false},
+	} {
+		err := p.CheckAddrs(tc.addrs)
+		var r *Refusal
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("CheckAddrs(%v): %v, want allowed", tc.addrs, err)
+		case !tc.ok && (!errors.As(err, &r) || r.Class != tc.class):
+			t.Errorf("CheckAddrs(%v): %v, want a refusal of class %d", tc.addrs, err, tc.class)
+		}
+	}
+}
+
+// With allowNAT64, an address in 64:ff9b::/96 is decided as the IPv4
+// address it carries: the admin's exceptions carry over, the refused
+// ranges stay refused.
+func TestAllowNAT64ChecksTheCarriedAddress(t *testing.T) {
+	p := (&Settings{AllowNAT64: true, AllowedDestinations: []string{"10.20.0.0/16"}}).Policy()
+	for a, allowed := range map[string]bool{
+		"64:ff9b::808:808":   true,  // 8.8.8.8
+		"64:ff9b::a14:5":     true,  // 10.20.0.5, allowed by the entry
+		"64:ff9b::7f00:1":    false, // 127.0.0.1
+		"64:ff9b::a9fe:a9fe": false, // 169.254.169.254
+		"64:ff9b::a15:1":     false, // 10.21.0.1
+		"64:ff9b::c000:9":    true,  // 192.0.0.9, a reachable row
+		"64:ff9b:1::808:808": false, // local-use NAT64 stays refused
+		"2002:808:808::1":    false, // 6to4 stays refused
+	} {
+		if err := p.CheckAddr(netip.MustParseAddr(a)); (err == nil) != allowed {
+			t.Errorf("CheckAddr(%s) with allowNAT64: %v, want allowed=%t", a, err, allowed)
+		}
+	}
+	err := p.CheckAddr(netip.MustParseAddr("64:ff9b::7f00:1"))
+	if err == nil || !strings.Contains(err.Error(), "NAT64 form of loopback") {
+		t.Errorf("refusal %v does not say it carries loopback", err)
+	}
+}
+
+// The refused set is what both enforcements check, so it must be exact:
+// no two ranges overlap (Squid would ignore one), no reachable row and no
+// allowed range has an address in it, every refused row is covered but for
+// those holes, and no IPv6 range holds an IPv4-mapped address.
+func TestRefusedSetIsTheRowsLessTheHoles(t *testing.T) {
+	allowed := []string{"10.20.0.0/16", "127.0.0.5/32", "fd00:1::/64"}
+	for _, s := range []Settings{{}, {AllowedDestinations: allowed}, {AllowedDestinations: allowed, AllowNAT64: true}} {
+		p := s.Policy(Range{netip.MustParsePrefix("::/64"), "an extra range that holds ::ffff:0:0/96"})
+		refused := p.Refused()
+		for i, a := range refused {
+			for _, b := range refused[i+1:] {
+				if a.Prefix.Overlaps(b.Prefix) {
+					t.Errorf("%+v: refused ranges %s and %s overlap", s, a.Prefix, b.Prefix)
+				}
+			}
+			if a.Prefix.Overlaps(mappedBlock) {
+				t.Errorf("%+v: refused range %s holds IPv4-mapped addresses", s, a.Prefix)
+			}
+		}
+		rows, reachable := registryRanges()
+		var holes []netip.Prefix
+		for _, r := range reachable {
+			holes = append(holes, r.Prefix)
+		}
+		for _, a := range s.AllowedDestinations {
+			holes = append(holes, netip.MustParsePrefix(a))
+		}
+		if s.AllowNAT64 {
+			holes = append(holes, nat64Block)
+		}
+		for _, h := range holes {
+			for _, a := range []netip.Addr{h.Addr(), lastAddr(h)} {
+				if h != nat64Block && p.CheckAddr(a) != nil {
+					t.Errorf("%+v: %s, in the hole %s, is refused", s, a, h)
+				}
+			}
+		}
+		for _, r := range rows {
+			for _, a := range []netip.Addr{r.Prefix.Addr(), lastAddr(r.Prefix)} {
+				inHole := false
+				for _, h := range holes {
+					inHole = inHole || h.Contains(a)
+				}
+				if !inHole && p.CheckAddr(a) == nil {
+					t.Errorf("%+v: %s, in the refused row %s (%s), is allowed", s, a, r.Prefix, r.Why)
+				}
+			}
+		}
+	}
+}
+
+// Each row of the registry tables is a canonical CIDR with a reason.
+func TestRegistryRowsAreCanonical(t *testing.T) {
+	for _, table := range [][]specialRow{ipv4Special, ipv6Special, ipv4Embedding} {
+		for _, r := range table {
+			if _, err := ParseCanonical(r.block); err != nil || r.name == "" || !strings.HasPrefix(r.rfc, "RFC ") {
+				t.Errorf("row %+v: %v", r, err)
+			}
+		}
+	}
+}
+
+func TestSubtract(t *testing.T) {
+	pfx := netip.MustParsePrefix
+	for _, tc := range []struct {
+		p, q string
+		want string
+	}{
+		{"10.0.0.0/8", "11.0.0.0/8", "10.0.0.0/8"},
+		{"10.0.0.0/8", "10.0.0.0/8", ""},
+		{"10.0.0.0/8", "0.0.0.0/0", ""},
+		{"10.0.0.0/8", "::/0", "10.0.0.0/8"},
+		{"192.0.0.0/24", "192.0.0.9/32", "192.0.0.0/29 192.0.0.8/32 192.0.0.10/31 192.0.0.12/30 192.0.0.16/28 192.0.0.32/27 192.0.0.64/26 192.0.0.128/25"},
+		{"10.0.0.0/8", "10.128.0.0/9", "10.0.0.0/9"},
+		{"fc00::/7", "fd00::/8", "fc00::/8"},
+	} {
+		var got []string
+		for _, g := range subtract(pfx(tc.p), pfx(tc.q)) {
+			got = append(got, g.String())
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("subtract(%s, %s) = %v, want %s", tc.p, tc.q, got, tc.want)
+		}
+	}
+}
+
+// lastAddr is the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }

@@ -170,8 +170,11 @@ func TestDestinationsDeniedByDefault(t *testing.T) {
 		{fmt.Sprintf("http://localhost:%d/", deniedPort), "127.0.0.0/8, loopback"},
 		{fmt.Sprintf("http://[::ffff:127.0.0.1]:%d/", deniedPort), "127.0.0.0/8, loopback"},
 		{fmt.Sprintf("http://[::1]:%d/", deniedPort), "::1/128, loopback"},
-		{fmt.Sprintf("http://0.0.0.0:%d/", deniedPort), "0.0.0.0/8"},
-		{"http://10.0.0.1/", "10.0.0.0/8, private (RFC 1918)"},
+		{fmt.Sprintf("http://0.0.0.0:%d/", deniedPort), "0.0.0.0/32"},
+		{"http://10.0.0.1/", "10.0.0.0/8, private-use, RFC 1918"},
+		{"http://[64:ff9b::7f00:1]/", "64:ff9b::/96, NAT64"},
+		{"http://198.51.100.7/", "198.51.100.0/24, documentation"},
+		{"http://nowhere.test/", "the name does not resolve"},
 		{"http://172.16.0.1/", "172.16.0.0/12"},
 		{"http://192.168.1.1/", "192.168.0.0/16"},
 		{"http://100.64.0.1/", "100.64.0.0/10"},
@@ -183,8 +186,17 @@ func TestDestinationsDeniedByDefault(t *testing.T) {
 		{"http://" + allowedIP + ":25/", "not one of the ports plain requests may reach"},
 	} {
 		code, body := get(tc.target)
-		if code != http.StatusForbidden || !strings.Contains(body, tc.why) {
-			t.Errorf("GET %s = %d %q, want 403 saying %q", tc.target, code, body, tc.why)
+		want := textRefused
+		if strings.Contains(tc.why, "does not resolve") {
+			want = textUnresolved
+		}
+		// The client reads the fixed text of the refusal's class; why,
+		// with the addresses, is for the log only.
+		if code != http.StatusForbidden || body != want+"\n" {
+			t.Errorf("GET %s = %d %q, want 403 %q", tc.target, code, body, want)
+		}
+		if len(logs.Find("refused destination", tc.why)) == 0 {
+			t.Errorf("GET %s: no V(1) line says %q", tc.target, tc.why)
 		}
 	}
 	for _, tc := range []string{
@@ -231,15 +243,22 @@ func TestDestinationsDeniedByDefault_DefaultEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	inst := mustCreate(t, p, request("default"))
+	ctx, logs := logCtx(1)
+	inst, err := p.Create(ctx, request("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	resp, err := proxyClient(t, inst, nil).Get(origin.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "allowedDestinations") {
-		t.Errorf("GET %s with the default entry = %d %q, want 403 pointing at allowedDestinations", origin.URL, resp.StatusCode, body)
+	if resp.StatusCode != http.StatusForbidden || string(body) != textRefused+"\n" {
+		t.Errorf("GET %s with the default entry = %d %q, want 403 and the refusal's fixed text", origin.URL, resp.StatusCode, body)
+	}
+	if len(logs.Find("refused destination", "allowedDestinations")) == 0 {
+		t.Errorf("GET %s with the default entry: no V(1) line points at allowedDestinations", origin.URL)
 	}
 	if code := connectStatus(t, inst, origin.Listener.Addr().String()); code != http.StatusForbidden {
 		t.Errorf("CONNECT %s with the default entry = %d, want 403", origin.Listener.Addr(), code)

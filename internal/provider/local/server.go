@@ -50,9 +50,16 @@ const (
 	idleTimeout = 2 * time.Minute
 )
 
-// forwardedHeaders are end-to-end headers a client may send;
-// ReverseProxy's Rewrite mode drops them, a forward proxy passes them on.
-var forwardedHeaders = []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
+// What a client reads when the proxy answers for the destination: one fixed
+// text per class, naming no address, resolver or error of the proxy's host
+// (the detail goes to the log at V(1)).
+const (
+	textRefused      = "refused: this proxy's destination policy does not allow this request"
+	textUnresolved   = "refused: the destination's name does not resolve"
+	textCannotReach  = "bad gateway: cannot connect to the destination"
+	textTimeout      = "gateway timeout: the destination did not answer in time"
+	textShuttingDown = "proxy is shutting down"
+)
 
 // acl is the set of client ranges an instance admits.
 type acl struct {
@@ -197,13 +204,11 @@ func (s *server) forwarder() *httputil.ReverseProxy {
 		}
 		s.forward = &httputil.ReverseProxy{
 			Rewrite: func(pr *httputil.ProxyRequest) {
-				// The absolute URI is already the target; only undo Rewrite's
-				// removal of end-to-end headers. No X-Forwarded-For is added:
-				// an egress proxy keeps its clients' addresses to itself.
-				for _, h := range forwardedHeaders {
-					if v, ok := pr.In.Header[h]; ok {
-						pr.Out.Header[h] = v
-					}
+				// The absolute URI is already the target. Rewrite has dropped
+				// the forwarding headers and adds none; egress names the rest
+				// that a proxy must not pass on.
+				for _, h := range egress.HiddenRequestHeaders {
+					pr.Out.Header.Del(h)
 				}
 			},
 			Transport:    s.transport,
@@ -287,7 +292,7 @@ func (s *server) enter() bool {
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.enter() {
 		w.Header().Set("Connection", "close")
-		http.Error(w, "proxy is shutting down", http.StatusServiceUnavailable)
+		http.Error(w, textShuttingDown, http.StatusServiceUnavailable)
 		return
 	}
 	defer s.active.Done()
@@ -305,13 +310,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.tunnel(w, r)
 	case !r.URL.IsAbs():
 		http.Error(w, "this is a forward proxy: send absolute-URI requests (http://host/path) or CONNECT", http.StatusBadRequest)
-	case r.URL.Scheme != "http" && r.URL.Scheme != "https":
-		http.Error(w, fmt.Sprintf("scheme %q is not supported", r.URL.Scheme), http.StatusBadRequest)
 	default:
-		// The port is decided here; the address when dial has resolved it.
+		// The scheme and port are decided here; the addresses when dial
+		// has resolved them.
 		port, err := targetPort(r.URL.Port(), r.URL.Scheme)
 		if err == nil {
-			err = s.up.policy.CheckPort(port, false)
+			err = s.up.policy.CheckRequest(false, r.URL.Scheme, port)
 		}
 		if err != nil {
 			s.refuse(w, r, r.URL.Host, err)
@@ -336,11 +340,16 @@ func targetPort(port, scheme string) (uint16, error) {
 	return uint16(n), nil
 }
 
-// refuse answers 403 for a destination the policy refuses (or a target it
-// cannot judge), naming why; no connection to it was made.
+// refuse answers 403 for a destination the policy refuses, with the fixed
+// text of its class; why goes to the log. No connection to it was made.
 func (s *server) refuse(w http.ResponseWriter, r *http.Request, target string, err error) {
 	s.log.V(1).Info("refused destination", "source", r.RemoteAddr, "method", r.Method, "target", target, "reason", err.Error())
-	http.Error(w, "forbidden: "+err.Error(), http.StatusForbidden)
+	text := textRefused
+	var refusal *egress.Refusal
+	if errors.As(err, &refusal) && refusal.Class == egress.RefusedUnresolved {
+		text = textUnresolved
+	}
+	http.Error(w, text, http.StatusForbidden)
 }
 
 // upstreamError answers a forwarded request whose origin could not be
@@ -351,8 +360,8 @@ func (s *server) upstreamError(w http.ResponseWriter, r *http.Request, err error
 }
 
 // fail answers a request whose upstream failed: 503 when the instance is
-// going away, 504 on a timeout, else 502. It logs only failures someone is
-// still waiting for.
+// going away, 504 on a timeout, else 502, each with its fixed text. It
+// logs only failures someone is still waiting for.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, target string, err error) {
 	var refusal *egress.Refusal
 	if errors.As(err, &refusal) {
@@ -361,13 +370,18 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, target string, err
 	}
 	if s.closing.Load() {
 		w.Header().Set("Connection", "close")
-		http.Error(w, "proxy is shutting down", http.StatusServiceUnavailable)
+		http.Error(w, textShuttingDown, http.StatusServiceUnavailable)
 		return
 	}
 	if r.Context().Err() == nil {
-		s.log.V(2).Info("upstream failed", "method", r.Method, "target", target, "error", err.Error())
+		s.log.V(1).Info("upstream failed", "source", r.RemoteAddr, "method", r.Method, "target", target, "error", err.Error())
 	}
-	http.Error(w, "bad gateway: "+err.Error(), gatewayStatus(err))
+	status := gatewayStatus(err)
+	text := textCannotReach
+	if status == http.StatusGatewayTimeout {
+		text = textTimeout
+	}
+	http.Error(w, text, status)
 }
 
 // gatewayStatus is 504 for an upstream that timed out, else 502.
@@ -384,7 +398,7 @@ func gatewayStatus(err error) int {
 // destination policy and dials only the addresses it checked, so a name
 // that resolves anew between check and dial (DNS rebinding) cannot reach
 // an address the policy refuses; one refused address refuses the whole
-// name, before any connection. A loopback destination is dialled from the
+// name, before any connection, and so does a name with no address. A loopback destination is dialled from the
 // instance's own address, so an origin on this host sees each Proxy's
 // distinct IP, as it would a VM's; other destinations keep the kernel's
 // choice, since a 127/8 source cannot leave the host.
@@ -399,12 +413,15 @@ func (s *server) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	}
 	addrs, err := s.resolve(ctx, host)
 	if err != nil {
-		return nil, err
-	}
-	for _, a := range addrs {
-		if err := s.up.policy.CheckAddr(a); err != nil {
-			return nil, err
+		if ctx.Err() != nil {
+			return nil, err // the request or the instance ended, not the name
 		}
+		// A name that does not resolve is refused, as Squid's rules do;
+		// the lookup's error says why, in the log only.
+		return nil, &egress.Refusal{Class: egress.RefusedUnresolved, Reason: "the name does not resolve: " + err.Error()}
+	}
+	if err := s.up.policy.CheckAddrs(addrs); err != nil {
+		return nil, err
 	}
 	var first error
 	for _, a := range addrs {
@@ -472,7 +489,7 @@ func (s *server) tunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	port, err := targetPort(portText, "")
 	if err == nil {
-		err = s.up.policy.CheckPort(port, true)
+		err = s.up.policy.CheckRequest(true, "", port)
 	}
 	if err != nil {
 		s.refuse(w, r, target, err)

@@ -105,7 +105,7 @@ func TestCloudConfig_Generated(t *testing.T) {
 			CloudConfigParams{Port: 3128, Family: FamilyRHEL, Destinations: allowing},
 			[]string{"squid"},
 			[]string{"systemctl enable squid.service", "systemctl restart squid.service"},
-			[]string{"http_port 3128", "acl allowed_destinations dst 10.20.0.0/16", "acl connect_ports port 443 8443"}},
+			[]string{"http_port 3128", "acl refused_destinations dst 10.0.0.0/12 10.16.0.0/14 10.21.0.0/16 10.22.0.0/15 10.24.0.0/13 10.32.0.0/11 10.64.0.0/10 10.128.0.0/9", "acl connect_ports port 443 8443"}},
 		{"rhel on another port labels it for Squid first",
 			CloudConfigParams{Port: 3129, Family: FamilyRHEL},
 			[]string{"squid", "policycoreutils-python-utils"},

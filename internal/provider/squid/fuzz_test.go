@@ -11,57 +11,45 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
 )
 
 // directives are every squid.conf directive Config writes.
 var directives = []string{"http_port", "acl", "http_access", "cache", "cache_mem", "access_log", "cache_log",
 	"cache_store_log", "netdb_filename", "pinger_enable", "logfile_rotate", "pid_filename", "coredump_dir",
-	"cache_effective_user", "forwarded_for", "shutdown_lifetime"}
+	"cache_effective_user", "forwarded_for", "shutdown_lifetime", "httpd_suppress_version_string",
+	"visible_hostname", "reply_header_access", "request_header_access"}
 
 // wantAccess are the http_access rules, in order, whatever the inputs.
-func wantAccess(allowed bool) []string {
-	dest := "http_access deny denied_destinations"
-	if allowed {
-		dest += " !allowed_destinations"
-	}
-	return []string{"http_access deny CONNECT !connect_ports", "http_access deny !CONNECT !safe_ports",
-		"http_access deny manager", dest, "http_access allow allowed_clients", "http_access deny all"}
-}
+var wantAccess = []string{"http_access deny !allowed_clients", "http_access deny CONNECT !connect_ports",
+	"http_access deny !CONNECT !safe_ports", "http_access deny !CONNECT !web_protos", "http_access deny manager",
+	"http_access deny !resolved_destinations", "http_access deny refused_destinations",
+	"http_access allow allowed_clients", "http_access deny all"}
 
 // FuzzConfig renders squid.conf from what reaches it from outside: a
 // Proxy's port and client ranges, an entry's allowedDestinations,
 // connectPorts and (kubernetes) clusterCIDRs, each list comma-separated and
 // parsed and validated as the providers do. Whatever they hold, every line
 // is a comment, blank or one of Config's own directives (no input breaks a
-// directive across lines), each input range is one ACL line of its own,
-// nothing ever says "http_access allow all", and the access rules are the
-// fixed sequence ending in "http_access deny all", before the trailing
-// settings.
+// directive across lines), the client ranges and the policy's refused set
+// are written as asked, nothing ever says "http_access allow all", and the
+// access rules are the fixed sequence ending in "http_access deny all",
+// before the trailing settings.
 func FuzzConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, port int32, clientList, allowedList, connectList, clusterList string) {
 		clients := parsed(clientList)
-		var ports []int32
-		for _, s := range split(connectList) {
-			if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32); err == nil {
-				ports = append(ports, int32(n))
-			}
-		}
-		settings := egress.Settings{AllowedDestinations: split(allowedList), ConnectPorts: ports}
-		if errs := settings.Validate(field.NewPath("x")); len(errs) > 0 {
+		settings, ok := fuzzSettings(allowedList, connectList, false)
+		if !ok {
 			return // the registry refuses such an entry
 		}
-		var extra []egress.Range
-		for _, p := range parsed(clusterList) {
-			extra = append(extra, egress.Range{Prefix: p, Why: "the cluster's Service or Pod range (clusterCIDRs)"})
-		}
-		policy := settings.Policy(extra...)
+		policy := settings.Policy(clusterRanges(clusterList)...)
 		conf := Config(Params{Port: port, Clients: clients, Destinations: policy, PidFile: "/run/squid.pid", CoredumpDir: "/var/spool/squid"})
 
 		if !strings.HasSuffix(conf, "\n") {
 			t.Fatalf("squid.conf does not end in a newline:\n%s", conf)
 		}
 		lines := strings.Split(strings.TrimSuffix(conf, "\n"), "\n")
-		var access, srcs, denied, allowedACL []string
+		var access, srcs, refused []string
 		var connect string
 		lastAccess, firstTrailing := -1, -1
 		for i, l := range lines {
@@ -82,21 +70,15 @@ func FuzzConfig(f *testing.F) {
 			if v, ok := strings.CutPrefix(rest, "allowed_clients src "); ok {
 				srcs = append(srcs, v)
 			}
-			if v, ok := strings.CutPrefix(rest, "denied_destinations dst "); ok {
-				denied = append(denied, v)
-			}
-			if v, ok := strings.CutPrefix(rest, "allowed_destinations dst "); ok {
-				allowedACL = append(allowedACL, v)
+			if v, ok := strings.CutPrefix(rest, "refused_destinations dst "); ok {
+				refused = append(refused, strings.Fields(v)...)
 			}
 			if v, ok := strings.CutPrefix(rest, "connect_ports port "); ok {
 				connect = v
 			}
 		}
-		if want := wantAccess(len(policy.Allowed()) > 0); !slices.Equal(access, want) {
-			t.Fatalf("http_access rules %q, want %q:\n%s", access, want, conf)
-		}
-		if slices.Contains(access, "http_access allow all") {
-			t.Fatalf("squid.conf allows all:\n%s", conf)
+		if !slices.Equal(access, wantAccess) {
+			t.Fatalf("http_access rules %q, want %q:\n%s", access, wantAccess, conf)
 		}
 		if firstTrailing < lastAccess {
 			t.Fatalf("a setting (line %d) comes before the last http_access (line %d):\n%s", firstTrailing+1, lastAccess+1, conf)
@@ -108,15 +90,14 @@ func FuzzConfig(f *testing.F) {
 		if err := sameRanges(srcs, wantSrcs); err != nil {
 			t.Fatalf("allowed_clients %q for %q: %v", srcs, wantSrcs, err)
 		}
-		var wantDenied []string
-		for _, d := range policy.Denied() {
-			wantDenied = append(wantDenied, d.Prefix.String())
+		var wantRefused []string
+		for _, r := range policy.Refused() {
+			wantRefused = append(wantRefused, r.Prefix.String())
 		}
-		if err := sameRanges(denied, wantDenied); err != nil {
-			t.Fatalf("denied_destinations %q for %q: %v", denied, wantDenied, err)
-		}
-		if err := sameRanges(allowedACL, strs(policy.Allowed())); err != nil {
-			t.Fatalf("allowed_destinations %q for %q: %v", allowedACL, strs(policy.Allowed()), err)
+		slices.Sort(refused)
+		slices.Sort(wantRefused)
+		if !slices.Equal(refused, wantRefused) {
+			t.Fatalf("refused_destinations %q, want the policy's refused set %q", refused, wantRefused)
 		}
 		var wantConnect []string
 		for _, p := range policy.ConnectPorts() {
@@ -129,6 +110,91 @@ func FuzzConfig(f *testing.F) {
 			t.Fatalf("connect_ports %q, want %q", connect, wantConnect)
 		}
 	})
+}
+
+// FuzzDecisionsAgree feeds one policy and one request to both decision
+// functions: the Go policy the local provider calls (egress.Policy.Decide)
+// and the generated squid.conf's http_access rules, evaluated by the model
+// of Squid (squidtest.Access) that the differential test in test/policy
+// checks against the real Squid. The request's addresses come from the
+// bytes of addrs, four or sixteen at a time (a first byte below 0x80 takes
+// four), so IPv4, IPv6, mapped and NAT64 forms all occur; an empty list is
+// a name that does not resolve.
+func FuzzDecisionsAgree(f *testing.F) {
+	f.Add("10.20.0.0/16", "443,8443", true, true, "", uint16(443), []byte{0x0a, 0x14, 0, 5, 0x7f, 0, 0, 1})
+	f.Add("", "", false, false, "http", uint16(80), []byte{})
+	f.Add("127.0.0.5/32", "", false, false, "http", uint16(8080), []byte{0x7f, 0, 0, 5})
+	f.Add("", "", true, false, "http", uint16(80), append([]byte{0xff}, netip.MustParseAddr("64:ff9b::7f00:1").AsSlice()...))
+	f.Add("fd00:1::/64", "", false, true, "", uint16(443), append([]byte{0xff}, netip.MustParseAddr("::ffff:127.0.0.1").AsSlice()...))
+	f.Add("", "", false, false, "ftp", uint16(21), []byte{0x0b, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, allowedList, connectList string, nat64, connect bool, scheme string, port uint16, addrs []byte) {
+		settings, ok := fuzzSettings(allowedList, connectList, nat64)
+		if !ok {
+			return
+		}
+		policy := settings.Policy(clusterRanges("10.96.0.0/12")...)
+		client := netip.MustParseAddr("127.0.0.2")
+		conf := Config(Params{Port: 3128, Clients: []netip.Prefix{netip.PrefixFrom(client, 32)}, Destinations: policy,
+			PidFile: "/run/squid.pid", CoredumpDir: "/var/spool/squid"})
+		access, err := squidtest.ParseAccess(conf)
+		if err != nil {
+			t.Fatalf("the model cannot read the generated config: %v\n%s", err, conf)
+		}
+		dst := egress.Destination{Connect: connect, Scheme: scheme, Port: port, Addrs: addrsFrom(addrs)}
+		goSays := policy.Decide(dst)
+		squidSays := access.Allows(squidtest.Request{Client: client, Connect: connect, Scheme: scheme, Port: port, Addrs: dst.Addrs})
+		if (goSays == nil) != squidSays {
+			t.Fatalf("%+v with %+v: the Go policy says %v, Squid's rules say allowed=%t", dst, settings, goSays, squidSays)
+		}
+		// A client outside allowed_clients is refused whatever it asks.
+		if access.Allows(squidtest.Request{Client: netip.MustParseAddr("127.0.0.3"), Connect: connect, Scheme: scheme, Port: port, Addrs: dst.Addrs}) {
+			t.Fatalf("%+v: Squid's rules let a client outside allowed_clients through", dst)
+		}
+	})
+}
+
+// fuzzSettings is an entry's destination block from comma-separated lists,
+// and whether Validate accepts it.
+func fuzzSettings(allowedList, connectList string, nat64 bool) (egress.Settings, bool) {
+	var ports []int32
+	for _, s := range split(connectList) {
+		if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32); err == nil {
+			ports = append(ports, int32(n))
+		}
+	}
+	settings := egress.Settings{AllowedDestinations: split(allowedList), ConnectPorts: ports, AllowNAT64: nat64}
+	return settings, len(settings.Validate(field.NewPath("x"))) == 0
+}
+
+func clusterRanges(list string) []egress.Range {
+	var extra []egress.Range
+	for _, p := range parsed(list) {
+		extra = append(extra, egress.Range{Prefix: p, Why: "the cluster's Service or Pod range (clusterCIDRs)"})
+	}
+	return extra
+}
+
+// addrsFrom reads addresses from b: a first byte below 0x80 starts an IPv4
+// address (those four bytes), any other starts an IPv6 one (the sixteen
+// after it). A short tail is dropped.
+func addrsFrom(b []byte) []netip.Addr {
+	var out []netip.Addr
+	for len(b) > 0 {
+		if b[0] < 0x80 {
+			if len(b) < 4 {
+				break
+			}
+			out = append(out, netip.AddrFrom4([4]byte(b[:4])))
+			b = b[4:]
+			continue
+		}
+		if len(b) < 17 {
+			break
+		}
+		out = append(out, netip.AddrFrom16([16]byte(b[1:17])))
+		b = b[17:]
+	}
+	return out
 }
 
 // sameRanges checks an ACL's written ranges against the ones asked for:

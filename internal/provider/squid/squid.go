@@ -50,14 +50,13 @@ type Params struct {
 var loopbackClients = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")}
 
 // Config renders squid.conf. Access is denied by default: only the admitted
-// clients may use the proxy; a plain request reaches only the safe ports,
-// CONNECT only the policy's connect ports (443); no destination in a denied
-// range (loopback, link-local with the cloud metadata endpoints, private and
-// shared address space, ...) unless the policy allows it; the cache manager
-// never; and the last rule is "deny all". Squid's dst ACL matches when any
-// address a host name resolves to is in the ranges, and Squid then connects
-// to the addresses it checked (its ipcache), so a name that resolves to an
-// internal address is refused too. Squid keeps no disk cache and, unless
+// clients may use the proxy; a plain request reaches only the safe ports
+// and the web's schemes, CONNECT only the policy's connect ports (443); no
+// destination with an address in the policy's refused set, nor a name with
+// no address; the cache manager never; and the last rule is "deny all".
+// Squid's dst ACL matches when any address a host name resolves to is in
+// the ranges, and Squid then connects to the addresses it checked (its
+// ipcache), so a name that also resolves to an internal address is refused. Squid keeps no disk cache and, unless
 // Params say otherwise, logs to stdout and stderr, so it needs no writable
 // root filesystem.
 func Config(sp Params) string {
@@ -91,38 +90,33 @@ func Config(sp Params) string {
 			w("acl allowed_clients src %s", r)
 		}
 	}
-	// One line per range under its reason, so a reader of the generated
-	// file sees why each is there (squid.conf has no trailing comments).
-	denied := dest.Denied()
-	deniedPrefixes := make([]netip.Prefix, len(denied))
-	for i, d := range denied {
-		deniedPrefixes[i] = d.Prefix
-	}
-	for _, d := range denied {
-		if c := coveredBy(d.Prefix, deniedPrefixes); c != nil {
-			w("# %s: inside %s, denied by that line", d.Why, *c)
-			continue
-		}
-		w("# %s", d.Why)
-		w("acl denied_destinations dst %s", d.Prefix)
-	}
-	allowed := dest.Allowed()
-	for _, a := range allowed {
-		if coveredBy(a, allowed) == nil {
-			w("acl allowed_destinations dst %s", a)
-		}
-	}
 	w("acl connect_ports port %s", joinPorts(dest.ConnectPorts()))
 	w("acl safe_ports port %s", joinRanges(egress.SafePorts()))
+	w("acl web_protos proto %s", strings.ToUpper(strings.Join(egress.Schemes, " ")))
+	// The policy's refused set, one line per reason (squid.conf has no
+	// trailing comments). It is the denied ranges with the allowed ones
+	// already cut out, so one dst ACL decides: Squid's dst matches when any
+	// address of a name is in it, which refuses a name with one allowed and
+	// one refused address, as the local provider does.
+	for _, g := range byReason(dest.Refused()) {
+		w("# %s", g.why)
+		for chunk := range slices.Chunk(g.prefixes, rangesPerLine) {
+			w("acl refused_destinations dst %s", strings.Join(chunk, " "))
+		}
+	}
+	// A dst ACL does not match a name that does not resolve, whatever its
+	// ranges: "not any address" is how Squid says "no address".
+	w("acl resolved_destinations dst all")
 	w("")
+	// Clients first: a client that may not use the proxy makes it resolve
+	// nothing.
+	w("http_access deny !allowed_clients")
 	w("http_access deny CONNECT !connect_ports")
 	w("http_access deny !CONNECT !safe_ports")
+	w("http_access deny !CONNECT !web_protos")
 	w("http_access deny manager")
-	if len(allowed) > 0 {
-		w("http_access deny denied_destinations !allowed_destinations")
-	} else {
-		w("http_access deny denied_destinations")
-	}
+	w("http_access deny !resolved_destinations")
+	w("http_access deny refused_destinations")
 	w("http_access allow allowed_clients")
 	w("http_access deny all")
 	w("")
@@ -142,11 +136,52 @@ func Config(sp Params) string {
 	if sp.EffectiveUser != "" {
 		w("cache_effective_user %s", sp.EffectiveUser)
 	}
-	w("# Clients' addresses stay inside.")
+	w("# Nothing about the proxy's host or its clients leaves: no version,")
+	w("# no host name, no cache headers, no forwarding headers.")
+	w("httpd_suppress_version_string on")
+	w("visible_hostname %s", VisibleHostname)
+	w("# Squid adds Via before these rules apply, so they remove its own too")
+	w("# (\"via off\" would warn at every start).")
+	for _, h := range []string{"Via", "X-Cache", "X-Cache-Lookup"} {
+		w("reply_header_access %s deny all", h)
+	}
 	w("forwarded_for delete")
+	for _, h := range egress.HiddenRequestHeaders {
+		if h != "X-Forwarded-For" { // forwarded_for delete removes it
+			w("request_header_access %s deny all", h)
+		}
+	}
 	w("# Shorter than a Pod's termination grace period and systemd's stop timeout.")
 	w("shutdown_lifetime 5 seconds")
 	return b.String()
+}
+
+// VisibleHostname is the name Squid gives itself in its error pages, in
+// place of the host's.
+const VisibleHostname = "egress-proxy"
+
+// rangesPerLine keeps acl lines short enough to read.
+const rangesPerLine = 8
+
+type reasonGroup struct {
+	why      string
+	prefixes []string
+}
+
+// byReason groups ranges by reason, in the order reasons first appear.
+func byReason(rs []egress.Range) []reasonGroup {
+	var out []reasonGroup
+	index := map[string]int{}
+	for _, r := range rs {
+		i, ok := index[r.Why]
+		if !ok {
+			i = len(out)
+			index[r.Why] = i
+			out = append(out, reasonGroup{why: r.Why})
+		}
+		out[i].prefixes = append(out[i].prefixes, r.Prefix.String())
+	}
+	return out
 }
 
 // coveredBy returns the range of all that contains p and is wider, or

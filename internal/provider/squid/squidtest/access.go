@@ -1,0 +1,192 @@
+package squidtest
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Request is one request as Squid's http_access checks see it.
+type Request struct {
+	Client  netip.Addr
+	Connect bool
+	// Scheme is a plain request's URL scheme, lower case.
+	Scheme string
+	Port   uint16
+	// Addrs are every address of the destination; none when its name does
+	// not resolve.
+	Addrs []netip.Addr
+}
+
+// Access is a model of how Squid 5 evaluates the http_access rules of a
+// generated squid.conf, for the ACL types the generator writes (src, dst,
+// port, proto and the predefined all, CONNECT and manager). It is checked
+// against the real Squid on the differential test's corpus (test/policy),
+// and lets a fuzzer compare the generated rules with the Go policy on
+// inputs no corpus lists.
+type Access struct {
+	acls  map[string]*acl
+	rules []rule
+}
+
+type acl struct {
+	kind   string
+	ranges []netip.Prefix
+	all    bool
+	ports  [][2]uint16
+	protos []string
+}
+
+type term struct {
+	name string
+	not  bool
+}
+
+type rule struct {
+	allow bool
+	terms []term
+}
+
+// ParseAccess reads the acl and http_access lines of conf. Any other ACL
+// type, or an http_access naming an ACL not defined, is an error: the model
+// must not guess.
+func ParseAccess(conf string) (*Access, error) {
+	a := &Access{acls: map[string]*acl{
+		"all":     {kind: "all"},
+		"CONNECT": {kind: "CONNECT"},
+		"manager": {kind: "manager"},
+	}}
+	for n, line := range strings.Split(conf, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		switch f[0] {
+		case "acl":
+			if len(f) < 4 {
+				return nil, fmt.Errorf("line %d: %q", n+1, line)
+			}
+			if err := a.addACL(f[1], f[2], f[3:]); err != nil {
+				return nil, fmt.Errorf("line %d: %w", n+1, err)
+			}
+		case "http_access":
+			if len(f) < 3 || (f[1] != "allow" && f[1] != "deny") {
+				return nil, fmt.Errorf("line %d: %q", n+1, line)
+			}
+			r := rule{allow: f[1] == "allow"}
+			for _, t := range f[2:] {
+				name, not := strings.CutPrefix(t, "!")
+				if a.acls[name] == nil {
+					return nil, fmt.Errorf("line %d: acl %q is not defined", n+1, name)
+				}
+				r.terms = append(r.terms, term{name: name, not: not})
+			}
+			a.rules = append(a.rules, r)
+		}
+	}
+	return a, nil
+}
+
+func (a *Access) addACL(name, kind string, values []string) error {
+	c := a.acls[name]
+	if c == nil {
+		c = &acl{kind: kind}
+		a.acls[name] = c
+	} else if c.kind != kind {
+		return fmt.Errorf("acl %s is %s and %s", name, c.kind, kind)
+	}
+	for _, v := range values {
+		switch kind {
+		case "src", "dst":
+			if v == "all" {
+				c.all = true
+				continue
+			}
+			p, err := netip.ParsePrefix(v)
+			if err != nil {
+				addr, aerr := netip.ParseAddr(v)
+				if aerr != nil {
+					return fmt.Errorf("acl %s: %q is no range", name, v)
+				}
+				p = netip.PrefixFrom(addr, addr.BitLen())
+			}
+			c.ranges = append(c.ranges, p)
+		case "port":
+			lo, hi, isRange := strings.Cut(v, "-")
+			if !isRange {
+				hi = lo
+			}
+			l, err1 := strconv.ParseUint(lo, 10, 16)
+			h, err2 := strconv.ParseUint(hi, 10, 16)
+			if err1 != nil || err2 != nil {
+				return fmt.Errorf("acl %s: %q is no port", name, v)
+			}
+			c.ports = append(c.ports, [2]uint16{uint16(l), uint16(h)})
+		case "proto":
+			c.protos = append(c.protos, v)
+		default:
+			return fmt.Errorf("acl type %q is not modelled", kind)
+		}
+	}
+	return nil
+}
+
+// Allows says whether Squid would let r past http_access: the first rule
+// whose terms all match decides; with none, the opposite of the last rule.
+func (a *Access) Allows(r Request) bool {
+	for _, rl := range a.rules {
+		if a.matchAll(rl.terms, r) {
+			return rl.allow
+		}
+	}
+	return len(a.rules) > 0 && !a.rules[len(a.rules)-1].allow
+}
+
+func (a *Access) matchAll(terms []term, r Request) bool {
+	for _, t := range terms {
+		if a.match(a.acls[t.name], r) == t.not {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *Access) match(c *acl, r Request) bool {
+	switch c.kind {
+	case "all":
+		return true
+	case "CONNECT":
+		return r.Connect
+	case "manager":
+		return false // the corpus never asks for cache_object: URLs
+	case "src":
+		return c.all || inRanges(c.ranges, r.Client)
+	case "dst":
+		// Any address of the name; a name with none matches nothing, not
+		// even "all" (Squid's lookup failure is a mismatch).
+		return slices.ContainsFunc(r.Addrs, func(addr netip.Addr) bool { return c.all || inRanges(c.ranges, addr) })
+	case "port":
+		return slices.ContainsFunc(c.ports, func(p [2]uint16) bool { return p[0] <= r.Port && r.Port <= p[1] })
+	case "proto":
+		return !r.Connect && slices.Contains(c.protos, strings.ToUpper(r.Scheme))
+	}
+	return false
+}
+
+// inRanges matches as Squid does: it keeps every IPv4 address and range in
+// the IPv4-mapped IPv6 form, so an IPv6 range that holds ::ffff:0:0/96
+// matches IPv4 addresses too.
+func inRanges(ranges []netip.Prefix, addr netip.Addr) bool {
+	addr = netip.AddrFrom16(addr.WithZone("").As16())
+	for _, p := range ranges {
+		if p.Addr().Is4() {
+			p = netip.PrefixFrom(netip.AddrFrom16(p.Addr().As16()), p.Bits()+96)
+		}
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
