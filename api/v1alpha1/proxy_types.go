@@ -42,6 +42,31 @@ type SecretKeySelector struct {
 	Key string `json:"key,omitempty"`
 }
 
+// DestinationRule is one kind of destination a Proxy's clients may reach.
+// A request matches it when its host matches one of Domains, or every
+// address of its host lies in CIDRs, and its port is one of Ports. The
+// provider entry's policy still applies first: a rule narrows it, never
+// widens it.
+type DestinationRule struct {
+	// Domains are host names, lower-case ASCII (an internationalised name
+	// in its punycode form, xn--...): "api.example.com" matches that name
+	// only; ".example.com" matches example.com and every name under it;
+	// "*.example.com" every name under it but not example.com itself. For
+	// CONNECT the name in the request line is matched (no TLS
+	// interception); an IP-literal target never matches a domain.
+	// +optional
+	Domains []string `json:"domains,omitempty"`
+	// CIDRs are public ranges in canonical form; a name matches when every
+	// address it resolves to lies in them, an IP literal when it does.
+	// +optional
+	CIDRs []string `json:"cidrs,omitempty"`
+	// Ports the rule reaches, for CONNECT and plain requests alike; each
+	// must also be one the entry allows (its connectPorts for CONNECT, the
+	// safe ports for plain requests). Empty: every port the entry allows.
+	// +optional
+	Ports []int32 `json:"ports,omitempty"`
+}
+
 // ProxySpec is what the user asks for.
 // +kubebuilder:validation:XValidation:rule="has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className)",message="spec.className is immutable: the instance belongs to the installation of that class; create a new Proxy to move",fieldPath=".className"
 // +kubebuilder:validation:XValidation:rule="!(has(self.cloudInit) && has(self.cloudInitSecretRef))",message="cloudInit and cloudInitSecretRef are mutually exclusive"
@@ -103,6 +128,12 @@ type ProxySpec struct {
 	// +listType=set
 	// +optional
 	AllowedSourceRanges []string `json:"allowedSourceRanges,omitempty"`
+
+	// Destinations narrow where the proxy's clients may go: a request must
+	// match one of these rules, besides passing the provider entry's
+	// destination policy. Empty: any destination the entry's policy allows.
+	// +optional
+	Destinations []DestinationRule `json:"destinations,omitempty"`
 }
 
 // ProxyPhase is a one-word summary of the Proxy's state; the Ready
