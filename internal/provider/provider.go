@@ -6,6 +6,8 @@ package provider
 import (
 	"context"
 	"time"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
 // Provider is the lifecycle seam every backend implements. It holds
@@ -131,6 +133,10 @@ type CreateRequest struct {
 	// AllowedSourceRanges are the CIDRs admitted to use the proxy. Empty
 	// means only clients on the proxy's own host.
 	AllowedSourceRanges []string
+	// Destinations are the Proxy's destination rules (spec.destinations);
+	// empty: any destination the entry's policy allows. A provider applies
+	// them with its entry's policy through egress.Policy.ForRequest.
+	Destinations []egress.DestinationRule
 	// CloudInit is the user-data; it is redacted wherever it is printed.
 	CloudInit Sensitive
 	Placement Placement

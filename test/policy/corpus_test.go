@@ -63,6 +63,9 @@ var names = map[string][]netip.Addr{
 	"n64-loop.test":       addrs(nat64Loop),
 	"mapped.test":         addrs("::ffff:" + loop4),
 	"empty.test":          nil, // the name exists, with no address
+	"sub.test":            addrs(allowed4),
+	"x.sub.test":          addrs(allowed4),
+	"x.both.test":         addrs(allowed4, allowed6),
 }
 
 // answers is what a proxy learns of host's addresses: an IP literal's own,
@@ -75,7 +78,7 @@ func answers(host string) []netip.Addr {
 	if host == "localhost" {
 		return addrs("127.0.0.1", "::1")
 	}
-	return names[strings.ToLower(host)]
+	return names[strings.TrimSuffix(strings.ToLower(host), ".")]
 }
 
 // targets are the hosts the corpus asks for: IPv4, IPv6, IPv4-mapped,
@@ -87,6 +90,7 @@ var targets = []string{
 	"a.test", "A.Test", "a6.test", "both.test", "dead.test", "loop.test", "doc.test", "doc6.test",
 	"mixed.test", "mixed-refusing.test", "mixed6.test", "mixed-doc.test",
 	"n64.test", "n64-loop.test", "mapped.test", "empty.test", "nx.test", "localhost",
+	"a.test.", "sub.test", "x.sub.test", "X.Sub.Test", "x.both.test",
 }
 
 // probe is one request of the corpus.
@@ -122,12 +126,20 @@ func corpus() []probe {
 	)
 }
 
-// policies are the entry policies the corpus runs under.
+// policies are the entry policies the corpus runs under, the last narrowed
+// by a Proxy's destination rules.
 var policies = []struct {
 	name     string
 	settings egress.Settings
+	rules    []egress.DestinationRule
 }{
-	{"exceptions", egress.Settings{AllowedDestinations: []string{"198.51.100.0/24", "2001:db8:1::/48"}, ConnectPorts: []int32{443, connectPort}}},
-	{"exceptions and NAT64", egress.Settings{AllowedDestinations: []string{"198.51.100.0/24", "2001:db8:1::/48"}, ConnectPorts: []int32{443, connectPort}, AllowNAT64: true}},
-	{"nothing allowed", egress.Settings{ConnectPorts: []int32{connectPort}}},
+	{"exceptions", egress.Settings{AllowedDestinations: []string{"198.51.100.0/24", "2001:db8:1::/48"}, ConnectPorts: []int32{443, connectPort}}, nil},
+	{"exceptions and NAT64", egress.Settings{AllowedDestinations: []string{"198.51.100.0/24", "2001:db8:1::/48"}, ConnectPorts: []int32{443, connectPort}, AllowNAT64: true}, nil},
+	{"nothing allowed", egress.Settings{ConnectPorts: []int32{connectPort}}, nil},
+	{"exceptions, narrowed by a Proxy's rules", egress.Settings{AllowedDestinations: []string{"198.51.100.0/24", "2001:db8:1::/48"}, ConnectPorts: []int32{443, connectPort}},
+		[]egress.DestinationRule{
+			{Domains: []string{"a.test", ".both.test", "*.sub.test"}, Ports: []int32{plainPort, connectPort}},
+			{CIDRs: []string{allowed4 + "/32"}, Ports: []int32{connectPort}},
+			{Domains: []string{"a6.test"}, CIDRs: []string{"2001:db8:1::/64"}, Ports: []int32{plainPort}},
+		}},
 }

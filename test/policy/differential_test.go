@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/dnstest"
@@ -29,11 +31,16 @@ func TestLocalAndSquidDecideAlike(t *testing.T) {
 	c := startCatch(t)
 	requests := 0
 	for n, pol := range policies {
-		policy := pol.settings.Policy()
+		entry := pol.settings.Policy()
+		rules, errs := entry.ParseRules(pol.rules, field.NewPath("destinations"))
+		if len(errs) > 0 {
+			t.Fatalf("rules of %q: %v", pol.name, errs)
+		}
+		policy := entry.Narrow(rules)
 		proxies := []struct {
 			name, addr string
 		}{
-			{"local", startLocal(t, pol.settings, fmt.Sprintf("127.0.%d.0/24", 100+n))},
+			{"local", startLocal(t, pol.settings, pol.rules, fmt.Sprintf("127.0.%d.0/24", 100+n))},
 		}
 		squidAddr, access := startSquid(t, policy)
 		proxies = append(proxies, struct{ name, addr string }{"squid", squidAddr})
@@ -50,11 +57,11 @@ func TestLocalAndSquidDecideAlike(t *testing.T) {
 					got["local"].class, got["local"].status, got["squid"].class, got["squid"].status,
 					got["squid"].header.Get("X-Squid-Error"), got["local"].reached, got["squid"].reached)
 			}
-			dst := egress.Destination{Connect: p.connect, Scheme: p.scheme, Port: p.port, Addrs: answers(p.host)}
+			dst := egress.Destination{Connect: p.connect, Scheme: p.scheme, Host: p.host, Port: p.port, Addrs: answers(p.host)}
 			if decided := policy.Decide(dst) == nil; decided != (got["local"].class != "refused") {
 				t.Errorf("%s under %q: egress.Policy.Decide says allowed=%t, local %s", p, pol.name, decided, got["local"].class)
 			}
-			model := access.Allows(squidtest.Request{Client: netip.MustParseAddr("127.0.0.1"), Connect: p.connect, Scheme: p.scheme, Port: p.port, Addrs: dst.Addrs})
+			model := access.Allows(squidtest.Request{Client: netip.MustParseAddr("127.0.0.1"), Connect: p.connect, Scheme: p.scheme, Host: p.host, Port: p.port, Addrs: dst.Addrs})
 			if model != (got["squid"].class != "refused") {
 				t.Errorf("%s under %q: the model of Squid's rules says allowed=%t, the real Squid %s (%s)", p, pol.name, model, got["squid"].class, got["squid"].header.Get("X-Squid-Error"))
 			}

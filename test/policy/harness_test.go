@@ -84,7 +84,7 @@ func startSquid(t *testing.T, policy *egress.Policy) (string, *squidtest.Access)
 
 // startLocal runs one local provider instance under settings, admitting
 // loopback clients, and returns its address.
-func startLocal(t *testing.T, settings egress.Settings, bind string) string {
+func startLocal(t *testing.T, settings egress.Settings, rules []egress.DestinationRule, bind string) string {
 	t.Helper()
 	p, err := local.New("differential", local.Config{BindCIDR: bind, Settings: settings}, provider.Options{InstallationID: "differential"})
 	if err != nil {
@@ -92,7 +92,7 @@ func startLocal(t *testing.T, settings egress.Settings, bind string) string {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	req := provider.CreateRequest{Name: provider.InstanceName("ns", "p", "uid", "s"), Namespace: "ns", ProxyName: "p", UID: "uid",
-		Port: testenv.FreePort(t), AllowedSourceRanges: []string{"127.0.0.0/8"}}
+		Port: testenv.FreePort(t), AllowedSourceRanges: []string{"127.0.0.0/8"}, Destinations: rules}
 	inst, err := p.Create(context.Background(), req)
 	if err != nil || inst.State != provider.StateRunning {
 		t.Fatalf("local Create: %+v %v", inst, err)

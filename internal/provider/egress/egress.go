@@ -164,7 +164,21 @@ type Policy struct {
 	// gives (the narrowest row holding the address).
 	rows         []Range
 	connectPorts []uint16
+	// rules are the Proxy's own destination rules; none: anything the
+	// entry allows.
+	rules []Rule
 }
+
+// Narrow returns the policy with a Proxy's destination rules (ParseRules):
+// a request must then match one of them too.
+func (p *Policy) Narrow(rules []Rule) *Policy {
+	n := *p
+	n.rules = slices.Clone(rules)
+	return &n
+}
+
+// Rules are the Proxy's destination rules the policy was narrowed to.
+func (p *Policy) Rules() []Rule { return slices.Clone(p.rules) }
 
 // Refused is the refused set: no two ranges overlap, and no address of an
 // allowed destination is in any. Squid renders it as one dst ACL.
@@ -192,8 +206,11 @@ type Destination struct {
 	// Scheme is a plain request's URL scheme, lower case; unused for
 	// CONNECT.
 	Scheme string
-	Port   uint16
-	Addrs  []netip.Addr
+	// Host is the target's host as the client wrote it (a name, or an IP
+	// literal, bracketed or not), which domain rules match.
+	Host  string
+	Port  uint16
+	Addrs []netip.Addr
 }
 
 // Refusal is a destination the policy refuses, with the reason. The reason
@@ -219,6 +236,9 @@ const (
 	RefusedAddress
 	// RefusedUnresolved: the name has no address.
 	RefusedUnresolved
+	// RefusedByRules: the entry allows it, the Proxy's destination rules
+	// do not.
+	RefusedByRules
 )
 
 func (r *Refusal) Error() string {
@@ -227,7 +247,7 @@ func (r *Refusal) Error() string {
 		return "destination is refused: " + r.Reason
 	case r.Addr.IsValid():
 		return fmt.Sprintf("destination %s is refused: %s", r.Addr, r.Reason)
-	case r.Class == RefusedScheme:
+	case r.Class == RefusedScheme, r.Class == RefusedByRules:
 		return "destination is refused: " + r.Reason
 	}
 	return fmt.Sprintf("destination port %d is refused: %s", r.Port, r.Reason)
@@ -240,7 +260,20 @@ func (p *Policy) Decide(d Destination) error {
 	if err := p.CheckRequest(d.Connect, d.Scheme, d.Port); err != nil {
 		return err
 	}
-	return p.CheckAddrs(d.Addrs)
+	return p.CheckDestination(d.Host, d.Addrs, d.Port)
+}
+
+// CheckDestination is the part of Decide a proxy makes once it has
+// resolved the host: every address, then the Proxy's rules.
+func (p *Policy) CheckDestination(host string, addrs []netip.Addr, port uint16) error {
+	if err := p.CheckAddrs(addrs); err != nil {
+		return err
+	}
+	if len(p.rules) > 0 && !matchRules(p.rules, host, addrs, port) {
+		return &Refusal{Class: RefusedByRules, Port: port, Reason: fmt.Sprintf(
+			"%s port %d matches none of this Proxy's destination rules (spec.destinations)", host, port)}
+	}
+	return nil
 }
 
 // CheckRequest is the part of Decide a proxy can make before it resolves

@@ -12,7 +12,6 @@ import (
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/go-logr/logr"
 	"google.golang.org/protobuf/proto"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
@@ -405,7 +404,7 @@ func (p *Provider) resolve(req provider.CreateRequest) (plan, error) {
 	if err := p.placeImage(&pl, req); err != nil {
 		return plan{}, err
 	}
-	prefixes, errs := egress.ParseRanges(req.AllowedSourceRanges, field.NewPath("allowedSourceRanges"))
+	prefixes, errs := egress.ParseClients(req.AllowedSourceRanges)
 	if len(errs) > 0 {
 		return plan{}, provider.Errorf(provider.ErrPermanent, "%s", errs.ToAggregate().Error())
 	}

@@ -55,7 +55,11 @@ func TestConfigMapRendersEntryPolicy(t *testing.T) {
 	}
 	// The default entry: no exceptions, CONNECT to 443 only.
 	def := pureProvider(t, Config{})
-	conf = def.buildConfigMap(s).Data[confFile]
+	sd, err := def.resolve(baseRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf = def.buildConfigMap(sd).Data[confFile]
 	if strings.Contains(conf, "10.20.30.41/32") || !strings.Contains(conf, "acl refused_destinations dst 10.0.0.0/8 172.16.0.0/12 192.168.0.0/16\n") ||
 		!strings.Contains(conf, "acl connect_ports port 443\n") || !strings.Contains(conf, "http_access deny refused_destinations\n") {
 		t.Errorf("the default entry's squid.conf:\n%s", conf)

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
@@ -49,7 +48,10 @@ type spec struct {
 	namespace string
 	req       provider.CreateRequest
 	ranges    []netip.Prefix
-	size      MachineType
+	// policy is the entry's destination policy narrowed to the Proxy's
+	// rules, what the Pod's squid.conf renders.
+	policy *egress.Policy
+	size   MachineType
 }
 
 // resolve validates req against the entry, naming every problem no retry
@@ -74,12 +76,12 @@ func (p *Provider) resolve(req provider.CreateRequest) (spec, error) {
 	}
 	// Canonical ranges only: masking 10.0.0.1/8 would admit more than the
 	// author meant.
-	ranges, errs := egress.ParseRanges(req.AllowedSourceRanges, field.NewPath("allowedSourceRanges"))
+	ranges, policy, errs := p.dest.ForRequest(req.AllowedSourceRanges, req.Destinations)
 	for _, e := range errs {
 		problems = append(problems, e.Error())
 	}
 	if len(errs) == 0 {
-		s.ranges = ranges
+		s.ranges, s.policy = ranges, policy
 	}
 	pl := req.Placement
 	if pl.MachineType != "" {
@@ -167,7 +169,7 @@ func ownerRef(s spec) (metav1.OwnerReference, bool) {
 func (p *Provider) buildConfigMap(s spec) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		ObjectMeta: p.meta(s),
-		Data:       map[string]string{confFile: podSquidConf(s.req.Port, s.ranges, p.dest)},
+		Data:       map[string]string{confFile: podSquidConf(s.req.Port, s.ranges, s.policy)},
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
 // maxInUse caps the addresses Create tries when another process holds the
@@ -36,7 +37,7 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.Cre
 	if err := p.begin(ctx, provider.OpCreate); err != nil {
 		return provider.Instance{}, "", err
 	}
-	a, err := validateRequest(req)
+	a, err := validateRequest(req, p.upstream.policy)
 	if err != nil {
 		return provider.Instance{}, "", err
 	}
@@ -78,7 +79,7 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.Cre
 }
 
 // validateRequest checks what no retry can fix, naming every bad entry.
-func validateRequest(req provider.CreateRequest) (*acl, error) {
+func validateRequest(req provider.CreateRequest, entry *egress.Policy) (*acl, error) {
 	var problems []string
 	if req.Name == "" {
 		problems = append(problems, "name is empty")
@@ -89,7 +90,7 @@ func validateRequest(req provider.CreateRequest) (*acl, error) {
 	if req.Port < 1 || req.Port > 65535 {
 		problems = append(problems, fmt.Sprintf("port %d is outside 1-65535", req.Port))
 	}
-	a, bad := parseACL(req.AllowedSourceRanges)
+	a, bad := parseACL(entry, req)
 	problems = append(problems, bad...)
 	if len(problems) > 0 {
 		return nil, invalidRequest("invalid request: %s", strings.Join(problems, "; "))

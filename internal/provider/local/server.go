@@ -34,10 +34,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/util/validation/field"
-
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	"github.com/go-logr/logr"
 )
 
 const (
@@ -61,17 +60,19 @@ const (
 	textShuttingDown = "proxy is shutting down"
 )
 
-// acl is the set of client ranges an instance admits.
+// acl is who may use an instance and where they may go: its Proxy's client
+// ranges and the entry's policy narrowed to its destination rules.
 type acl struct {
 	// prefixes empty means loopback clients only, never everyone.
 	prefixes []netip.Prefix
+	policy   *egress.Policy
 }
 
-// parseACL parses allowedSourceRanges; each error names the bad entry
-// (allowedSourceRanges[i]). Only canonical ranges are taken: masking
-// 10.0.0.1/8 would admit more than the author meant.
-func parseACL(ranges []string) (*acl, []string) {
-	prefixes, errs := egress.ParseRanges(ranges, field.NewPath("allowedSourceRanges"))
+// parseACL is what a request makes of the entry's policy (ForRequest);
+// each error names the bad field (allowedSourceRanges[i],
+// destinations[i]...).
+func parseACL(entry *egress.Policy, req provider.CreateRequest) (*acl, []string) {
+	prefixes, policy, errs := entry.ForRequest(req.AllowedSourceRanges, req.Destinations)
 	if len(errs) > 0 {
 		problems := make([]string, len(errs))
 		for i, e := range errs {
@@ -79,7 +80,7 @@ func parseACL(ranges []string) (*acl, []string) {
 		}
 		return nil, problems
 	}
-	return &acl{prefixes: prefixes}, nil
+	return &acl{prefixes: prefixes, policy: policy}, nil
 }
 
 // allows says whether a client at addr may use the proxy.
@@ -108,7 +109,8 @@ func (a *acl) String() string {
 }
 
 // upstream is how a server reaches origins: the entry's destination
-// policy and, in tests, seams that see every lookup and dial.
+// policy (each instance narrows it, in its acl) and, in tests, seams that
+// see every lookup and dial.
 type upstream struct {
 	policy *egress.Policy
 	// lookup resolves a host name; nil is the system resolver.
@@ -315,7 +317,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// has resolved them.
 		port, err := targetPort(r.URL.Port(), r.URL.Scheme)
 		if err == nil {
-			err = s.up.policy.CheckRequest(false, r.URL.Scheme, port)
+			err = s.acl.Load().policy.CheckRequest(false, r.URL.Scheme, port)
 		}
 		if err != nil {
 			s.refuse(w, r, r.URL.Host, err)
@@ -420,7 +422,7 @@ func (s *server) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 		// the lookup's error says why, in the log only.
 		return nil, &egress.Refusal{Class: egress.RefusedUnresolved, Reason: "the name does not resolve: " + err.Error()}
 	}
-	if err := s.up.policy.CheckAddrs(addrs); err != nil {
+	if err := s.acl.Load().policy.CheckDestination(host, addrs, port); err != nil {
 		return nil, err
 	}
 	var first error
@@ -489,7 +491,7 @@ func (s *server) tunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	port, err := targetPort(portText, "")
 	if err == nil {
-		err = s.up.policy.CheckRequest(true, "", port)
+		err = s.acl.Load().policy.CheckRequest(true, "", port)
 	}
 	if err != nil {
 		s.refuse(w, r, target, err)

@@ -251,13 +251,13 @@ func TestACLAllows(t *testing.T) {
 			refuse: []string{"10.0.0.4", "10.9.9.9"},
 		},
 		{
-			ranges: []string{"0.0.0.0/0"},
-			allow:  []string{"127.0.0.1", "203.0.113.9"},
-			refuse: []string{"::1"},
+			ranges: []string{"0.0.0.0/1"},
+			allow:  []string{"127.0.0.1", "100.0.0.1"},
+			refuse: []string{"203.0.113.9", "::1"},
 		},
 	}
 	for _, tc := range cases {
-		a, bad := parseACL(tc.ranges)
+		a, bad := parseACL(egress.Default(), provider.CreateRequest{AllowedSourceRanges: tc.ranges})
 		if len(bad) > 0 {
 			t.Fatalf("parseACL(%q): %v", tc.ranges, bad)
 		}
@@ -270,6 +270,14 @@ func TestACLAllows(t *testing.T) {
 			if a.allows(netip.MustParseAddr(s)) {
 				t.Errorf("ranges %q admit %s", tc.ranges, s)
 			}
+		}
+	}
+	// Ranges that together admit every address of a family are an open
+	// proxy, refused as a /0 is.
+	for _, ranges := range [][]string{{"0.0.0.0/0"}, {"0.0.0.0/1", "128.0.0.0/1"}, {"::/1", "8000::/1", "10.0.0.0/8"}} {
+		if _, bad := parseACL(egress.Default(), provider.CreateRequest{AllowedSourceRanges: ranges}); len(bad) != 1 ||
+			!strings.Contains(bad[0], "allowedSourceRanges") || !strings.Contains(bad[0], "open proxy") {
+			t.Errorf("parseACL(%q): %q, want one refusal naming allowedSourceRanges as an open proxy", ranges, bad)
 		}
 	}
 }

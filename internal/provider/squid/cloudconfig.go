@@ -5,8 +5,6 @@ import (
 	"net/netip"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/util/validation/field"
-
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
@@ -198,13 +196,22 @@ func containsPort(ports []int32, p int32) bool {
 // result is Sensitive: it may be the user's, so it is never logged.
 func UserData(req provider.CreateRequest, dest *egress.Policy, family Family) (provider.Sensitive, error) {
 	if req.CloudInit != "" {
+		if len(req.Destinations) > 0 {
+			// The rules live in the generated configuration; the user's
+			// image would run a proxy that never heard of them.
+			return "", provider.Errorf(provider.ErrPermanent,
+				"destinations: the rules are enforced by the generated Squid configuration, and this Proxy brings its own cloudInit; drop one of them")
+		}
 		return req.CloudInit, nil
 	}
-	clients, errs := egress.ParseRanges(req.AllowedSourceRanges, field.NewPath("allowedSourceRanges"))
+	if dest == nil {
+		dest = egress.Default()
+	}
+	clients, narrowed, errs := dest.ForRequest(req.AllowedSourceRanges, req.Destinations)
 	if len(errs) > 0 {
 		return "", provider.Errorf(provider.ErrPermanent, "%s", errs.ToAggregate().Error())
 	}
-	doc, err := CloudConfig(CloudConfigParams{Port: req.Port, Clients: clients, Destinations: dest, Family: family})
+	doc, err := CloudConfig(CloudConfigParams{Port: req.Port, Clients: clients, Destinations: narrowed, Family: family})
 	if err != nil {
 		return "", err
 	}

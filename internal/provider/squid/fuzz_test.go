@@ -121,18 +121,38 @@ func FuzzConfig(f *testing.F) {
 // four), so IPv4, IPv6, mapped and NAT64 forms all occur; an empty list is
 // a name that does not resolve.
 func FuzzDecisionsAgree(f *testing.F) {
-	f.Add("10.20.0.0/16", "443,8443", true, true, "", uint16(443), []byte{0x0a, 0x14, 0, 5, 0x7f, 0, 0, 1})
-	f.Add("", "", false, false, "http", uint16(80), []byte{})
-	f.Add("127.0.0.5/32", "", false, false, "http", uint16(8080), []byte{0x7f, 0, 0, 5})
-	f.Add("", "", true, false, "http", uint16(80), append([]byte{0xff}, netip.MustParseAddr("64:ff9b::7f00:1").AsSlice()...))
-	f.Add("fd00:1::/64", "", false, true, "", uint16(443), append([]byte{0xff}, netip.MustParseAddr("::ffff:127.0.0.1").AsSlice()...))
-	f.Add("", "", false, false, "ftp", uint16(21), []byte{0x0b, 0, 0, 1})
-	f.Fuzz(func(t *testing.T, allowedList, connectList string, nat64, connect bool, scheme string, port uint16, addrs []byte) {
+	f.Add("10.20.0.0/16", "443,8443", true, true, "", "mixed.example", "", "", "", uint16(443), []byte{0x0a, 0x14, 0, 5, 0x7f, 0, 0, 1})
+	f.Add("", "", false, false, "http", "gone.example", "", "", "", uint16(80), []byte{})
+	f.Add("127.0.0.5/32", "", false, false, "http", "127.0.0.5", "", "", "", uint16(8080), []byte{0x7f, 0, 0, 5})
+	f.Add("", "", true, false, "http", "n64.example", "", "", "", uint16(80), append([]byte{0xff}, netip.MustParseAddr("64:ff9b::7f00:1").AsSlice()...))
+	f.Add("fd00:1::/64", "", false, true, "", "m.example", "", "", "", uint16(443), append([]byte{0xff}, netip.MustParseAddr("::ffff:127.0.0.1").AsSlice()...))
+	f.Add("", "", false, false, "ftp", "f.example", "", "", "", uint16(21), []byte{0x0b, 0, 0, 1})
+	f.Add("", "", false, true, "", "api.partner.example", "api.partner.example", "", "443", uint16(443), []byte{0x0b, 0, 0, 1})
+	f.Add("", "", false, true, "", "API.Partner.Example.", ".partner.example,*.cdn.example", "", "443", uint16(443), []byte{0x0b, 0, 0, 1})
+	f.Add("", "", false, false, "http", "x.cdn.example", "*.cdn.example", "11.0.0.0/8", "80,8080", uint16(8080), []byte{0x0b, 0, 0, 1, 0x0c, 0, 0, 1})
+	f.Add("", "", false, true, "", "11.2.3.4", "partner.example", "11.0.0.0/8", "", uint16(443), []byte{0x0b, 2, 3, 4})
+	f.Add("", "", false, true, "", "2a00:1450::1", "", "2a00:1450::/32", "443", uint16(443), append([]byte{0xff}, netip.MustParseAddr("2a00:1450::1").AsSlice()...))
+	f.Fuzz(func(t *testing.T, allowedList, connectList string, nat64, connect bool, scheme, host, domainList, cidrList, rulePortList string, port uint16, addrs []byte) {
 		settings, ok := fuzzSettings(allowedList, connectList, nat64)
 		if !ok {
 			return
 		}
-		policy := settings.Policy(clusterRanges("10.96.0.0/12")...)
+		entry := settings.Policy(clusterRanges("10.96.0.0/12")...)
+		var rules []egress.DestinationRule
+		if domainList != "" || cidrList != "" {
+			rule := egress.DestinationRule{Domains: split(domainList), CIDRs: split(cidrList)}
+			for _, s := range split(rulePortList) {
+				if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32); err == nil {
+					rule.Ports = append(rule.Ports, int32(n))
+				}
+			}
+			rules = append(rules, rule)
+		}
+		parsedRules, errs := entry.ParseRules(rules, field.NewPath("destinations"))
+		if len(errs) > 0 {
+			return // the API server or the provider refuses such a Proxy
+		}
+		policy := entry.Narrow(parsedRules)
 		client := netip.MustParseAddr("127.0.0.2")
 		conf := Config(Params{Port: 3128, Clients: []netip.Prefix{netip.PrefixFrom(client, 32)}, Destinations: policy,
 			PidFile: "/run/squid.pid", CoredumpDir: "/var/spool/squid"})
@@ -140,14 +160,17 @@ func FuzzDecisionsAgree(f *testing.F) {
 		if err != nil {
 			t.Fatalf("the model cannot read the generated config: %v\n%s", err, conf)
 		}
-		dst := egress.Destination{Connect: connect, Scheme: scheme, Port: port, Addrs: addrsFrom(addrs)}
+		dst := egress.Destination{Connect: connect, Scheme: scheme, Host: host, Port: port, Addrs: addrsFrom(addrs)}
+		if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+			dst.Addrs = []netip.Addr{a} // an IP literal is its own address
+		}
 		goSays := policy.Decide(dst)
-		squidSays := access.Allows(squidtest.Request{Client: client, Connect: connect, Scheme: scheme, Port: port, Addrs: dst.Addrs})
+		squidSays := access.Allows(squidtest.Request{Client: client, Connect: connect, Scheme: scheme, Host: host, Port: port, Addrs: dst.Addrs})
 		if (goSays == nil) != squidSays {
-			t.Fatalf("%+v with %+v: the Go policy says %v, Squid's rules say allowed=%t", dst, settings, goSays, squidSays)
+			t.Fatalf("%+v with %+v and rules %+v: the Go policy says %v, Squid's rules say allowed=%t", dst, settings, rules, goSays, squidSays)
 		}
 		// A client outside allowed_clients is refused whatever it asks.
-		if access.Allows(squidtest.Request{Client: netip.MustParseAddr("127.0.0.3"), Connect: connect, Scheme: scheme, Port: port, Addrs: dst.Addrs}) {
+		if access.Allows(squidtest.Request{Client: netip.MustParseAddr("127.0.0.3"), Connect: connect, Scheme: scheme, Host: host, Port: port, Addrs: dst.Addrs}) {
 			t.Fatalf("%+v: Squid's rules let a client outside allowed_clients through", dst)
 		}
 	})

@@ -107,6 +107,7 @@ func Config(sp Params) string {
 	// A dst ACL does not match a name that does not resolve, whatever its
 	// ranges: "not any address" is how Squid says "no address".
 	w("acl resolved_destinations dst all")
+	allows := writeRules(w, dest.Rules())
 	w("")
 	// Clients first: a client that may not use the proxy makes it resolve
 	// nothing.
@@ -117,7 +118,9 @@ func Config(sp Params) string {
 	w("http_access deny manager")
 	w("http_access deny !resolved_destinations")
 	w("http_access deny refused_destinations")
-	w("http_access allow allowed_clients")
+	for _, a := range allows {
+		w("http_access allow %s", a)
+	}
 	w("http_access deny all")
 	w("")
 	w("# An egress proxy, not a cache: no object is stored.")
@@ -154,6 +157,90 @@ func Config(sp Params) string {
 	w("# Shorter than a Pod's termination grace period and systemd's stop timeout.")
 	w("shutdown_lifetime 5 seconds")
 	return b.String()
+}
+
+// writeRules writes the ACLs of a Proxy's destination rules and returns
+// the http_access allow lines that let a request through: one per way a
+// rule can match (its names, the names under it, its CIDRs), each with the
+// rule's ports. No rules: every admitted client's request that got past
+// the entry's denies. Domain ACLs carry -n: Squid would otherwise look up
+// the name of an IP-literal target, and a PTR record would let it match.
+func writeRules(w func(string, ...any), rules []egress.Rule) []string {
+	if len(rules) == 0 {
+		return []string{"allowed_clients"}
+	}
+	w("# The Proxy's destination rules (spec.destinations): a request must")
+	w("# match one of them.")
+	var allows []string
+	for i, r := range rules {
+		name := fmt.Sprintf("rule%d", i+1)
+		ports := ""
+		if len(r.Ports) > 0 {
+			w("acl %s_ports port %s", name, joinPorts(r.Ports))
+			ports = " " + name + "_ports"
+		}
+		if names := dstdomains(r); len(names) > 0 {
+			for chunk := range slices.Chunk(names, rangesPerLine) {
+				w("acl %s_names dstdomain -n %s", name, strings.Join(chunk, " "))
+			}
+			allows = append(allows, name+"_names"+ports)
+		}
+		if len(r.Under) > 0 {
+			for _, u := range r.Under {
+				w("acl %s_under dstdom_regex -n -i \\.%s$", name, strings.ReplaceAll(u, ".", "\\."))
+			}
+			allows = append(allows, name+"_under"+ports)
+		}
+		if len(r.CIDRs) > 0 {
+			// "Every address in the CIDRs" is "no address outside them".
+			for chunk := range slices.Chunk(r.Outside(), rangesPerLine) {
+				w("acl %s_outside dst %s", name, joinPrefixes(chunk))
+			}
+			allows = append(allows, "!"+name+"_outside"+ports)
+		}
+	}
+	return allows
+}
+
+// dstdomains are a rule's exact names and suffixes as dstdomain writes
+// them (".example.com" for a suffix), less those another entry covers:
+// Squid warns about, and ignores one of, two entries that nest.
+func dstdomains(r egress.Rule) []string {
+	covered := func(name string, self int) bool {
+		for i, s := range r.Suffixes {
+			if i != self && (name == s || strings.HasSuffix(name, "."+s)) && (self < 0 || name != s || i < self) {
+				return true
+			}
+		}
+		return false
+	}
+	var out []string
+	for _, n := range slices.Compact(slices.Sorted(slices.Values(r.Names))) {
+		if !covered(n, -1) {
+			out = append(out, n)
+		}
+	}
+	for i, s := range r.Suffixes {
+		if !covered(s, i) {
+			out = append(out, "."+s)
+		}
+	}
+	return out
+}
+
+// joinPrefixes writes ranges for a dst ACL. Squid reads 0.0.0.0/0 as
+// "all", which matches IPv6 addresses too, so it is written as its two
+// halves (a rule with only IPv6 CIDRs has all of IPv4 outside them).
+func joinPrefixes(ps []netip.Prefix) string {
+	var s []string
+	for _, p := range ps {
+		if p.Bits() == 0 && p.Addr().Is4() {
+			s = append(s, "0.0.0.0/1", "128.0.0.0/1")
+			continue
+		}
+		s = append(s, p.String())
+	}
+	return strings.Join(s, " ")
 }
 
 // VisibleHostname is the name Squid gives itself in its error pages, in

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
 )
@@ -138,6 +140,15 @@ func TestConfigNoSubnetworkWarnings(t *testing.T) {
 					egress.Range{Prefix: pfx("203.0.113.0/24"), Why: "the cluster's Pod range"})},
 			[]string{"10.96.77.0/24", "the cluster's Pod range"},
 			nil},
+		{"destination rules: a name a suffix covers, names under, CIDRs, ports",
+			Params{Port: 3128, PidFile: "/tmp/p", CoredumpDir: "/tmp", Destinations: narrowed(t, egress.DestinationRule{
+				Domains: []string{"api.partner.example", ".partner.example", "*.cdn.example", "other.example"},
+				CIDRs:   []string{"203.0.114.0/24", "2a00:1450::/32"}, Ports: []int32{443, 8443}})},
+			[]string{"dstdomain -n api.partner.example", "rule1_outside dst 203.0.114.0/24"},
+			[]string{"acl rule1_ports port 443 8443\n", "acl rule1_names dstdomain -n other.example .partner.example\n",
+				"acl rule1_under dstdom_regex -n -i \\.cdn\\.example$\n",
+				"http_access allow rule1_names rule1_ports\n", "http_access allow rule1_under rule1_ports\n",
+				"http_access allow !rule1_outside rule1_ports\n"}},
 		{"overlapping client ranges",
 			Params{Port: 3128, PidFile: "/tmp/p", CoredumpDir: "/tmp",
 				Clients: []netip.Prefix{pfx("10.244.77.5/32"), pfx("10.244.77.0/24"), pfx("fd00::1/128"), pfx("fd00::/8")}},
@@ -172,4 +183,15 @@ func TestConfigNoSubnetworkWarnings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// narrowed is the default entry's policy narrowed to rules, which must parse.
+func narrowed(t *testing.T, rules ...egress.DestinationRule) *egress.Policy {
+	t.Helper()
+	entry := egress.Default()
+	parsed, errs := entry.ParseRules(rules, field.NewPath("destinations"))
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return entry.Narrow(parsed)
 }

@@ -3,6 +3,7 @@ package squidtest
 import (
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,7 +15,9 @@ type Request struct {
 	Connect bool
 	// Scheme is a plain request's URL scheme, lower case.
 	Scheme string
-	Port   uint16
+	// Host is the target's host as the client wrote it.
+	Host string
+	Port uint16
 	// Addrs are every address of the destination; none when its name does
 	// not resolve.
 	Addrs []netip.Addr
@@ -22,7 +25,8 @@ type Request struct {
 
 // Access is a model of how Squid 5 evaluates the http_access rules of a
 // generated squid.conf, for the ACL types the generator writes (src, dst,
-// port, proto and the predefined all, CONNECT and manager). It is checked
+// port, proto, dstdomain and dstdom_regex with -n, and the predefined all,
+// CONNECT and manager). It is checked
 // against the real Squid on the differential test's corpus (test/policy),
 // and lets a fuzzer compare the generated rules with the Go policy on
 // inputs no corpus lists.
@@ -32,11 +36,13 @@ type Access struct {
 }
 
 type acl struct {
-	kind   string
-	ranges []netip.Prefix
-	all    bool
-	ports  [][2]uint16
-	protos []string
+	kind    string
+	ranges  []netip.Prefix
+	all     bool
+	ports   [][2]uint16
+	protos  []string
+	domains []string
+	regexps []*regexp.Regexp
 }
 
 type term struct {
@@ -100,7 +106,9 @@ func (a *Access) addACL(name, kind string, values []string) error {
 	for _, v := range values {
 		switch kind {
 		case "src", "dst":
-			if v == "all" {
+			// Squid reads 0.0.0.0/0 as "all" ("needs to be replaced by the
+			// term 'all'"), which matches IPv6 addresses too.
+			if v == "all" || v == "0.0.0.0/0" {
 				c.all = true
 				continue
 			}
@@ -126,6 +134,24 @@ func (a *Access) addACL(name, kind string, values []string) error {
 			c.ports = append(c.ports, [2]uint16{uint16(l), uint16(h)})
 		case "proto":
 			c.protos = append(c.protos, v)
+		case "dstdomain", "dstdom_regex":
+			// Only -n is modelled: a name lookup for an IP literal is
+			// what the generator must never ask for.
+			if v == "-n" || (kind == "dstdom_regex" && v == "-i") {
+				continue
+			}
+			if strings.HasPrefix(v, "-") {
+				return fmt.Errorf("acl %s: flag %s is not modelled", name, v)
+			}
+			if kind == "dstdomain" {
+				c.domains = append(c.domains, strings.ToLower(v))
+				continue
+			}
+			re, err := regexp.Compile("(?i)" + v)
+			if err != nil {
+				return fmt.Errorf("acl %s: %v", name, err)
+			}
+			c.regexps = append(c.regexps, re)
 		default:
 			return fmt.Errorf("acl type %q is not modelled", kind)
 		}
@@ -171,9 +197,24 @@ func (a *Access) match(c *acl, r Request) bool {
 		return slices.ContainsFunc(c.ports, func(p [2]uint16) bool { return p[0] <= r.Port && r.Port <= p[1] })
 	case "proto":
 		return !r.Connect && slices.Contains(c.protos, strings.ToUpper(r.Scheme))
+	case "dstdomain":
+		host := urlHost(r.Host)
+		return slices.ContainsFunc(c.domains, func(d string) bool {
+			if rest, ok := strings.CutPrefix(d, "."); ok {
+				return host == rest || strings.HasSuffix(host, d)
+			}
+			return host == d
+		})
+	case "dstdom_regex":
+		host := urlHost(r.Host)
+		return slices.ContainsFunc(c.regexps, func(re *regexp.Regexp) bool { return re.MatchString(host) })
 	}
 	return false
 }
+
+// urlHost is the host as Squid keeps it from a request: lower case, with no
+// trailing dot.
+func urlHost(h string) string { return strings.TrimSuffix(strings.ToLower(h), ".") }
 
 // inRanges matches as Squid does: it keeps every IPv4 address and range in
 // the IPv4-mapped IPv6 form, so an IPv6 range that holds ::ffff:0:0/96
