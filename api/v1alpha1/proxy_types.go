@@ -42,11 +42,24 @@ type SecretKeySelector struct {
 	Key string `json:"key,omitempty"`
 }
 
+// Notes on DestinationRule's CEL rules, kept out of its documentation:
+//   - The regular expressions write [.] and [*] rather than \. and \*: an
+//     escape would need escaping once for the marker and again for CEL.
+//   - ::ffff:0:0/96 cannot be named in CEL: cidr() and ip() refuse
+//     IPv4-mapped forms, so isCIDR already refuses every range inside it.
+//     A range that holds it is /95 or shorter and holds ::fffe:0:0/96, its
+//     neighbour, which CEL can name.
+//   - The rule-level check counts items, not has(): an untyped client can
+//     send "domains: []".
+//   - The public-range messageExpression is a raw (backquoted) marker value
+//     with a double-quoted CEL string: its text holds an apostrophe.
+
 // DestinationRule is one kind of destination a Proxy's clients may reach.
 // A request matches it when its host matches one of Domains, or every
 // address of its host lies in CIDRs, and its port is one of Ports. The
 // provider entry's policy still applies first: a rule narrows it, never
 // widens it.
+// +kubebuilder:validation:XValidation:rule="(has(self.domains) && size(self.domains) > 0) || (has(self.cidrs) && size(self.cidrs) > 0)",message="a rule needs domains or cidrs: ports alone do not say where to; leave spec.destinations empty to allow every destination the provider entry allows"
 type DestinationRule struct {
 	// Domains are host names, lower-case ASCII (an internationalised name
 	// in its punycode form, xn--...): "api.example.com" matches that name
@@ -54,15 +67,49 @@ type DestinationRule struct {
 	// "*.example.com" every name under it but not example.com itself. For
 	// CONNECT the name in the request line is matched (no TLS
 	// interception); an IP-literal target never matches a domain.
+	// Refused: a wildcard other than a leading "*.", empty labels (a
+	// trailing dot included), labels over 63 characters, names over 253,
+	// anything but a-z, 0-9, '-' and '.', labels that start or end with
+	// '-', a single label ("localhost", ".com", "*.com": a search-list name
+	// or a whole top-level domain) and an all-digit last label (an IP
+	// address is not a name: it goes in CIDRs).
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=254
+	// +kubebuilder:validation:items:XValidation:rule="size(bytes(self)) == size(self)",message="must be ASCII: write an internationalised name in its punycode form, as IDNA encodes it (xn--bcher-kva.de for bücher.de)"
+	// +kubebuilder:validation:items:XValidation:rule="!self.matches('[A-Z]')",messageExpression="'must be lower case: write %s'.format([self.lowerAscii()])"
+	// +kubebuilder:validation:items:XValidation:rule="size(bytes(self)) != size(self) || !self.matches('[^-a-zA-Z0-9.*]')",messageExpression="isIP(self) ? 'is an IP address, which never matches a domain: list it in cidrs as %s/%d'.format([string(ip(self)), ip(self).family() == 4 ? 32 : 128]) : 'may hold only a-z, 0-9, - and . (a host name, not a URL or host:port: write api.example.com, not https://api.example.com:443/)'"
+	// +kubebuilder:validation:items:XValidation:rule="self.startsWith('*.') ? !self.substring(2).contains('*') : !self.contains('*')",message="a wildcard is allowed only as a leading *. (every name under it): write *.example.com, or .example.com for example.com and every name under it"
+	// +kubebuilder:validation:items:XValidation:rule="self.matches('^([*][.]|[.])?[^.]+([.][^.]+)*$')",message="has an empty label (two dots in a row, a trailing dot, or nothing after the leading . or *.): write api.example.com, .example.com or *.example.com, with no final dot"
+	// +kubebuilder:validation:items:XValidation:rule="!self.matches('[^.]{64}')",message="has a label longer than 63 characters, more than DNS allows between two dots"
+	// +kubebuilder:validation:items:XValidation:rule="size(self) <= (self.startsWith('.') ? 254 : 253)",message="is longer than a DNS name can be: at most 253 characters, not counting a leading ."
+	// +kubebuilder:validation:items:XValidation:rule="!self.matches('(^|[.])-|-($|[.])')",message="has a label that starts or ends with -: a label starts and ends with a letter or digit"
+	// +kubebuilder:validation:items:XValidation:rule="isIP(self) || (self.startsWith('*.') ? self.substring(2) : self.startsWith('.') ? self.substring(1) : self) in ['', '*'] || (self.startsWith('*.') ? self.substring(2) : self.startsWith('.') ? self.substring(1) : self).contains('.')",message="needs at least two labels after the optional . or *. (api.example.com, .example.com, *.example.com): a single label is a search-list name such as localhost, or a whole top-level domain"
+	// +kubebuilder:validation:items:XValidation:rule="!self.matches('(^|[.])[0-9]+$')",messageExpression="isIP(self) ? 'is an IP address, which never matches a domain: list it in cidrs as %s/%d'.format([string(ip(self)), ip(self).family() == 4 ? 32 : 128]) : 'ends in an all-digit label, which no domain name has: an address goes in cidrs'"
+	// +listType=set
 	// +optional
 	Domains []string `json:"domains,omitempty"`
 	// CIDRs are public ranges in canonical form; a name matches when every
 	// address it resolves to lies in them, an IP literal when it does.
+	// Public: none may overlap (contain or lie in) a private, loopback,
+	// link-local, metadata or multicast range; the admin opens those in the
+	// provider entry's allowedDestinations, and a Proxy reaches them by
+	// domain.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 203.0.113.0/24 or 2001:db8::/32"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() > 0",message="a /0 range is every address, not a narrowing: leave spec.destinations empty to allow every destination the provider entry allows"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || string(cidr(self).masked()) == self",messageExpression="'must be in canonical form (no host bits set, lower case, IPv6 compressed): write %s for the whole range, or %s/%d for one host'.format([string(cidr(self).masked()), string(cidr(self).ip()), cidr(self).ip().family() == 4 ? 32 : 128])"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).prefixLength() == 0 || (['0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.168.0.0/16', '224.0.0.0/4', '240.0.0.0/4', '::1/128', '::/96', 'fc00::/7', 'fe80::/10', 'ff00::/8'].all(r, !cidr(r).containsCIDR(self) && !cidr(self).containsCIDR(r)) && !(cidr(self).prefixLength() <= 95 && cidr(self).containsCIDR('::fffe:0:0/96')))",messageExpression=`"must be a public range: it overlaps %s (private, loopback, link-local, metadata or multicast); a provider entry's allowedDestinations opens internal ranges, and a Proxy narrows to them by domain".format([(['0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.168.0.0/16', '224.0.0.0/4', '240.0.0.0/4', '::1/128', '::/96', 'fc00::/7', 'fe80::/10', 'ff00::/8'].filter(r, cidr(r).containsCIDR(self) || cidr(self).containsCIDR(r)) + ['::ffff:0:0/96'])[0]])`
+	// +listType=set
 	// +optional
 	CIDRs []string `json:"cidrs,omitempty"`
 	// Ports the rule reaches, for CONNECT and plain requests alike; each
 	// must also be one the entry allows (its connectPorts for CONNECT, the
 	// safe ports for plain requests). Empty: every port the entry allows.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=65535
+	// +listType=set
 	// +optional
 	Ports []int32 `json:"ports,omitempty"`
 }
@@ -132,6 +179,7 @@ type ProxySpec struct {
 	// Destinations narrow where the proxy's clients may go: a request must
 	// match one of these rules, besides passing the provider entry's
 	// destination policy. Empty: any destination the entry's policy allows.
+	// +kubebuilder:validation:MaxItems=16
 	// +optional
 	Destinations []DestinationRule `json:"destinations,omitempty"`
 }
