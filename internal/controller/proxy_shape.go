@@ -4,10 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"sort"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
 // shape is everything in a Proxy that shapes its instance: a change to any
@@ -19,6 +21,10 @@ type shape struct {
 	// CloudInitSHA256 stands for the user-data, so the hash never carries
 	// the secret itself and a changed Secret still reshapes the instance.
 	CloudInitSHA256 string `json:"cloudInitSHA256"`
+	// Destinations are rendered into the instance's proxy configuration.
+	// Omitted when empty, so a Proxy without rules keeps the name it had
+	// before the field existed.
+	Destinations []egress.DestinationRule `json:"destinations,omitempty"`
 }
 
 // shapeOf computes the shape hash of a Proxy's spec with its resolved
@@ -36,9 +42,22 @@ func shapeOf(spec egressv1.ProxySpec, cloudInit provider.Sensitive) string {
 		Placement:           placementOf(spec.Placement),
 		AllowedSourceRanges: ranges,
 		CloudInitSHA256:     ci,
+		Destinations:        destinationsOf(spec.Destinations),
 	})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// destinationsOf is the Proxy's destination rules as providers take them.
+func destinationsOf(rules []egressv1.DestinationRule) []egress.DestinationRule {
+	if len(rules) == 0 {
+		return nil
+	}
+	out := make([]egress.DestinationRule, len(rules))
+	for i, r := range rules {
+		out[i] = egress.DestinationRule{Domains: slices.Clone(r.Domains), CIDRs: slices.Clone(r.CIDRs), Ports: slices.Clone(r.Ports)}
+	}
+	return out
 }
 
 func placementOf(p egressv1.Placement) provider.Placement {
@@ -61,6 +80,7 @@ func createRequest(px *egressv1.Proxy, cloudInit provider.Sensitive) provider.Cr
 		UID:                 string(px.UID),
 		Port:                port,
 		AllowedSourceRanges: append([]string(nil), px.Spec.AllowedSourceRanges...),
+		Destinations:        destinationsOf(px.Spec.Destinations),
 		CloudInit:           cloudInit,
 		Placement:           placementOf(px.Spec.Placement),
 	}

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -35,6 +36,10 @@ func TestCreateRequestShape(t *testing.T) {
 		{"image reshapes", func(s *egressv1.ProxySpec) { s.Placement.Image = "i" }, "", false},
 		{"ranges reshape", func(s *egressv1.ProxySpec) { s.AllowedSourceRanges = []string{"10.0.0.0/8"} }, "", false},
 		{"cloud-init reshapes", func(*egressv1.ProxySpec) {}, "#cloud-config\n", false},
+		{"destination rules reshape", func(s *egressv1.ProxySpec) {
+			s.Destinations = []egressv1.DestinationRule{{Domains: []string{"api.partner.example"}, Ports: []int32{443}}}
+		}, "", false},
+		{"an empty rule list is no rules", func(s *egressv1.ProxySpec) { s.Destinations = []egressv1.DestinationRule{} }, "", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,6 +51,16 @@ func TestCreateRequestShape(t *testing.T) {
 				t.Errorf("name %q vs base %q: same=%v, want same=%v", got, baseName, got == baseName, tc.sameName)
 			}
 		})
+	}
+}
+
+// The rules reach the provider as written.
+func TestCreateRequestCarriesDestinations(t *testing.T) {
+	rules := []egressv1.DestinationRule{{Domains: []string{"api.partner.example", ".cdn.example"}, Ports: []int32{443}}, {CIDRs: []string{"203.0.114.0/24"}}}
+	req := createRequest(proxyFor(egressv1.ProxySpec{Provider: "local", Destinations: rules}), "")
+	if len(req.Destinations) != 2 || !slices.Equal(req.Destinations[0].Domains, rules[0].Domains) ||
+		!slices.Equal(req.Destinations[0].Ports, rules[0].Ports) || !slices.Equal(req.Destinations[1].CIDRs, rules[1].CIDRs) {
+		t.Errorf("Destinations = %+v, want %+v", req.Destinations, rules)
 	}
 }
 
