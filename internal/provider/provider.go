@@ -137,6 +137,10 @@ type CreateRequest struct {
 	// empty: any destination the entry's policy allows. A provider applies
 	// them with its entry's policy through egress.Policy.ForRequest.
 	Destinations []egress.DestinationRule
+	// ClientAuth is the htpasswd file of the Proxy's clientAuth (bcrypt
+	// entries, checked by clientauth.Parse); empty: no authentication. It
+	// is redacted wherever it is printed.
+	ClientAuth Sensitive
 	// CloudInit is the user-data; it is redacted wherever it is printed.
 	CloudInit Sensitive
 	Placement Placement

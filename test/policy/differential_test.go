@@ -40,9 +40,9 @@ func TestLocalAndSquidDecideAlike(t *testing.T) {
 		proxies := []struct {
 			name, addr string
 		}{
-			{"local", startLocal(t, pol.settings, pol.rules, fmt.Sprintf("127.0.%d.0/24", 100+n))},
+			{"local", startLocal(t, pol.settings, pol.rules, "", fmt.Sprintf("127.0.%d.0/24", 100+n))},
 		}
-		squidAddr, access := startSquid(t, policy)
+		squidAddr, access := startSquid(t, policy, "")
 		proxies = append(proxies, struct{ name, addr string }{"squid", squidAddr})
 		for i, p := range corpus() {
 			requests++

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,12 +68,18 @@ func (c *catch) by(id string) ([]string, http.Header) {
 // startSquid runs the real Squid with the configuration generated for
 // settings, admitting loopback clients, and returns its address and the
 // model of its access rules.
-func startSquid(t *testing.T, policy *egress.Policy) (string, *squidtest.Access) {
+func startSquid(t *testing.T, policy *egress.Policy, htpasswd string) (string, *squidtest.Access) {
 	t.Helper()
 	dirs := squidtest.NewDirs(t)
 	sp := squid.Params{ListenAddr: "127.0.0.1", Port: testenv.FreePort(t),
 		Clients: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, Destinations: policy,
 		PidFile: dirs.PidFile(), CoredumpDir: dirs.Run, EffectiveUser: dirs.EffectiveUser}
+	if htpasswd != "" {
+		sp.Auth = &squid.Auth{PasswordFile: filepath.Join(dirs.Run, "htpasswd")}
+		if err := os.WriteFile(sp.Auth.PasswordFile, []byte(htpasswd), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	conf := squid.Config(sp)
 	addr := squidtest.Addr(sp.ListenAddr, sp.Port)
 	squidtest.Start(t, dirs, conf, addr)
@@ -84,7 +92,7 @@ func startSquid(t *testing.T, policy *egress.Policy) (string, *squidtest.Access)
 
 // startLocal runs one local provider instance under settings, admitting
 // loopback clients, and returns its address.
-func startLocal(t *testing.T, settings egress.Settings, rules []egress.DestinationRule, bind string) string {
+func startLocal(t *testing.T, settings egress.Settings, rules []egress.DestinationRule, htpasswd, bind string) string {
 	t.Helper()
 	p, err := local.New("differential", local.Config{BindCIDR: bind, Settings: settings}, provider.Options{InstallationID: "differential"})
 	if err != nil {
@@ -92,7 +100,8 @@ func startLocal(t *testing.T, settings egress.Settings, rules []egress.Destinati
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	req := provider.CreateRequest{Name: provider.InstanceName("ns", "p", "uid", "s"), Namespace: "ns", ProxyName: "p", UID: "uid",
-		Port: testenv.FreePort(t), AllowedSourceRanges: []string{"127.0.0.0/8"}, Destinations: rules}
+		Port: testenv.FreePort(t), AllowedSourceRanges: []string{"127.0.0.0/8"}, Destinations: rules,
+		ClientAuth: provider.Sensitive(htpasswd)}
 	inst, err := p.Create(context.Background(), req)
 	if err != nil || inst.State != provider.StateRunning {
 		t.Fatalf("local Create: %+v %v", inst, err)
@@ -154,6 +163,8 @@ func finish(resp *http.Response, id string, c *catch) outcome {
 	switch {
 	case resp.StatusCode == http.StatusOK && o.body == "caught":
 		o.class = "passed"
+	case resp.StatusCode == http.StatusProxyAuthRequired:
+		o.class = "auth"
 	case resp.StatusCode == http.StatusForbidden, resp.StatusCode == http.StatusNotImplemented:
 		// 501: Squid refuses a scheme it does not speak (gopher) before
 		// its access rules, without trying.

@@ -5,9 +5,12 @@ import (
 	"strings"
 )
 
+// Realm is the realm both proxies name in their challenge.
+const Realm = "egress-proxy"
+
 // Challenge is the Proxy-Authenticate value of a 407; Squid's config sets
-// the same realm (auth_param basic realm egress-proxy).
-const Challenge = `Basic realm="egress-proxy"`
+// the same realm (auth_param basic realm, from Realm).
+const Challenge = `Basic realm="` + Realm + `"`
 
 // ParseProxyAuthorization reads a Proxy-Authorization value of the form
 // "Basic base64(user:password)", the scheme in any case. Like Squid it

@@ -76,6 +76,11 @@ func (p *Provider) resolve(req provider.CreateRequest) (spec, error) {
 	}
 	// Canonical ranges only: masking 10.0.0.1/8 would admit more than the
 	// author meant.
+	if req.ClientAuth.Len() > 0 {
+		// Refused rather than ignored: the Pod's Squid would admit clients
+		// by range alone. The Secret's mount into the Pod comes next.
+		problems = append(problems, "clientAuth is not supported by the kubernetes provider yet: the proxy would admit clients by allowedSourceRanges alone")
+	}
 	ranges, policy, errs := p.dest.ForRequest(req.AllowedSourceRanges, req.Destinations)
 	for _, e := range errs {
 		problems = append(problems, e.Error())

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/go-logr/logr"
 )
@@ -58,6 +59,7 @@ const (
 	textCannotReach  = "bad gateway: cannot connect to the destination"
 	textTimeout      = "gateway timeout: the destination did not answer in time"
 	textShuttingDown = "proxy is shutting down"
+	textAuthRequired = "proxy authentication required"
 )
 
 // acl is who may use an instance and where they may go: its Proxy's client
@@ -66,6 +68,8 @@ type acl struct {
 	// prefixes empty means loopback clients only, never everyone.
 	prefixes []netip.Prefix
 	policy   *egress.Policy
+	// users, when set, must name every request's user (Proxy-Authorization).
+	users *clientauth.Users
 }
 
 // parseACL is what a request makes of the entry's policy (ForRequest);
@@ -73,14 +77,22 @@ type acl struct {
 // destinations[i]...).
 func parseACL(entry *egress.Policy, req provider.CreateRequest) (*acl, []string) {
 	prefixes, policy, errs := entry.ForRequest(req.AllowedSourceRanges, req.Destinations)
-	if len(errs) > 0 {
-		problems := make([]string, len(errs))
-		for i, e := range errs {
-			problems[i] = e.Error()
+	problems := make([]string, len(errs))
+	for i, e := range errs {
+		problems[i] = e.Error()
+	}
+	var users *clientauth.Users
+	if req.ClientAuth.Len() > 0 {
+		var err error
+		// The error names a line and a fixed reason, never the file's text.
+		if users, err = clientauth.Parse([]byte(req.ClientAuth.Reveal())); err != nil {
+			problems = append(problems, "clientAuth: "+err.Error())
 		}
+	}
+	if len(problems) > 0 {
 		return nil, problems
 	}
-	return &acl{prefixes: prefixes, policy: policy}, nil
+	return &acl{prefixes: prefixes, policy: policy, users: users}, nil
 }
 
 // allows says whether a client at addr may use the proxy.
@@ -306,6 +318,18 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 		http.Error(w, "forbidden: your address is not in this proxy's allowedSourceRanges", http.StatusForbidden)
 		return
+	}
+	if users := s.acl.Load().users; users != nil {
+		user, password, ok := clientauth.ParseProxyAuthorization(r.Header.Get("Proxy-Authorization"))
+		if !ok || !users.Verify(user, password) {
+			// Neither the header, the user nor the password is logged:
+			// a password typed into the user field would be.
+			s.log.V(1).Info("refused client without valid credentials", "source", r.RemoteAddr, "method", r.Method,
+				"target", r.Host, "credentials", ok)
+			w.Header().Set("Proxy-Authenticate", clientauth.Challenge)
+			http.Error(w, textAuthRequired, http.StatusProxyAuthRequired)
+			return
+		}
 	}
 	switch {
 	case r.Method == http.MethodConnect:

@@ -195,6 +195,12 @@ func containsPort(ports []int32, p int32) bool {
 // Every error is Permanent: retrying the same request cannot help. The
 // result is Sensitive: it may be the user's, so it is never logged.
 func UserData(req provider.CreateRequest, dest *egress.Policy, family Family) (provider.Sensitive, error) {
+	if req.ClientAuth.Len() > 0 {
+		// Refused rather than ignored: the VM's Squid would admit clients by
+		// range alone. The file's way into the seed comes next.
+		return "", provider.Errorf(provider.ErrPermanent,
+			"clientAuth is not supported on VM providers yet: the proxy would admit clients by allowedSourceRanges alone")
+	}
 	if req.CloudInit != "" {
 		if len(req.Destinations) > 0 {
 			// The rules live in the generated configuration; the user's

@@ -292,3 +292,12 @@ func TestUserData(t *testing.T) {
 		t.Errorf("UserData for alpine = %v, want Permanent", err)
 	}
 }
+
+// Until the VM providers carry the htpasswd file, a Proxy with clientAuth is
+// refused, never served by range alone.
+func TestUserDataRefusesClientAuth(t *testing.T) {
+	_, err := UserData(provider.CreateRequest{Port: 3128, ClientAuth: "alice:$2y$04$abc\n"}, nil, FamilyDebian)
+	if err == nil || !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), "clientAuth") || strings.Contains(err.Error(), "alice") {
+		t.Errorf("UserData with clientAuth = %v; want Permanent naming clientAuth, not its content", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
@@ -39,11 +40,26 @@ type Params struct {
 	// logs into the distro's /var/log/squid.
 	AccessLog string
 	CacheLog  string
+	// Auth, when set, makes Squid ask every admitted client for a user and
+	// password (HTTP basic) that the htpasswd file at Auth.PasswordFile
+	// holds; nil: clients are admitted by range alone.
+	Auth *Auth
 	// EffectiveUser is written as cache_effective_user when set. Squid
 	// started as a non-root user stays that user, so a Pod leaves it empty;
 	// so does a VM, whose packaged Squid drops to the package's user.
 	EffectiveUser string
 }
+
+// Auth is where Squid reads the users of a Proxy's clientAuth.
+type Auth struct {
+	// PasswordFile is the htpasswd file (bcrypt entries, checked by
+	// clientauth.Parse before it is written), readable by Squid's user.
+	PasswordFile string
+}
+
+// BasicAuthHelper is Debian's helper that checks a user and password
+// against an htpasswd file (crypt(3), so bcrypt through libxcrypt).
+const BasicAuthHelper = "/usr/lib/squid/basic_ncsa_auth"
 
 // loopbackClients are admitted when no client range is given: the
 // contract's "only clients on the proxy's own host".
@@ -90,6 +106,16 @@ func Config(sp Params) string {
 			w("acl allowed_clients src %s", r)
 		}
 	}
+	if sp.Auth != nil {
+		// casesensitive: the file and the local proxy compare user names
+		// byte for byte, while Squid's default lower-cases them first.
+		w("auth_param basic program %s %s", BasicAuthHelper, sp.Auth.PasswordFile)
+		w("auth_param basic children 5 startup=1 idle=1")
+		w("auth_param basic realm %s", clientauth.Realm)
+		w("auth_param basic casesensitive on")
+		w("auth_param basic credentialsttl 5 minutes")
+		w("acl authenticated proxy_auth REQUIRED")
+	}
 	w("acl connect_ports port %s", joinPorts(dest.ConnectPorts()))
 	w("acl safe_ports port %s", joinRanges(egress.SafePorts()))
 	w("acl web_protos proto %s", strings.ToUpper(strings.Join(egress.Schemes, " ")))
@@ -112,6 +138,12 @@ func Config(sp Params) string {
 	// Clients first: a client that may not use the proxy makes it resolve
 	// nothing.
 	w("http_access deny !allowed_clients")
+	if sp.Auth != nil {
+		// Before any destination rule: a client without credentials learns
+		// nothing of the policy, and Squid answers 407 for a deny whose
+		// last ACL is an authentication one.
+		w("http_access deny !authenticated")
+	}
 	w("http_access deny CONNECT !connect_ports")
 	w("http_access deny !CONNECT !safe_ports")
 	w("http_access deny !CONNECT !web_protos")

@@ -21,12 +21,15 @@ type Request struct {
 	// Addrs are every address of the destination; none when its name does
 	// not resolve.
 	Addrs []netip.Addr
+	// Authenticated: the request carries a user and password the
+	// configured helper accepts.
+	Authenticated bool
 }
 
 // Access is a model of how Squid 5 evaluates the http_access rules of a
 // generated squid.conf, for the ACL types the generator writes (src, dst,
-// port, proto, dstdomain and dstdom_regex with -n, and the predefined all,
-// CONNECT and manager). It is checked
+// port, proto, dstdomain and dstdom_regex with -n, proxy_auth REQUIRED, and
+// the predefined all, CONNECT and manager). It is checked
 // against the real Squid on the differential test's corpus (test/policy),
 // and lets a fuzzer compare the generated rules with the Go policy on
 // inputs no corpus lists.
@@ -134,6 +137,10 @@ func (a *Access) addACL(name, kind string, values []string) error {
 			c.ports = append(c.ports, [2]uint16{uint16(l), uint16(h)})
 		case "proto":
 			c.protos = append(c.protos, v)
+		case "proxy_auth":
+			if v != "REQUIRED" {
+				return fmt.Errorf("acl %s: only proxy_auth REQUIRED is modelled", name)
+			}
 		case "dstdomain", "dstdom_regex":
 			// Only -n is modelled: a name lookup for an IP literal is
 			// what the generator must never ask for.
@@ -205,6 +212,8 @@ func (a *Access) match(c *acl, r Request) bool {
 			}
 			return host == d
 		})
+	case "proxy_auth":
+		return r.Authenticated
 	case "dstdom_regex":
 		host := urlHost(r.Host)
 		return slices.ContainsFunc(c.regexps, func(re *regexp.Regexp) bool { return re.MatchString(host) })
