@@ -42,6 +42,35 @@ type SecretKeySelector struct {
 	Key string `json:"key,omitempty"`
 }
 
+// HtpasswdSecretRef names the key of a Secret, in the Proxy's namespace,
+// that holds an htpasswd file. Its own type rather than SecretKeySelector:
+// the key's default differs.
+type HtpasswdSecretRef struct {
+	// Name of the Secret, in the Proxy's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+	// Key in the Secret's data; defaults to "htpasswd".
+	// +kubebuilder:default=htpasswd
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// ClientAuth makes the proxy ask its clients for a user name and password
+// (HTTP basic, Proxy-Authorization), besides admitting them by
+// allowedSourceRanges: both must pass.
+type ClientAuth struct {
+	// SecretRef names the Secret, in the Proxy's namespace, and the key in
+	// it that holds an htpasswd file: one "user:hash" per line, bcrypt hashes
+	// only (htpasswd -B), the format Squid's basic_ncsa_auth reads. Key
+	// defaults to "htpasswd".
+	SecretRef HtpasswdSecretRef `json:"secretRef"`
+}
+
 // Notes on DestinationRule's CEL rules, kept out of its documentation:
 //   - The regular expressions write [.] and [*] rather than \. and \*: an
 //     escape would need escaping once for the marker and again for CEL.
@@ -175,6 +204,13 @@ type ProxySpec struct {
 	// +listType=set
 	// +optional
 	AllowedSourceRanges []string `json:"allowedSourceRanges,omitempty"`
+
+	// ClientAuth makes the proxy ask its clients for a user name and
+	// password, checked against an htpasswd file in a Secret, besides
+	// admitting them by allowedSourceRanges. Empty: no authentication
+	// (clients are admitted by allowedSourceRanges alone).
+	// +optional
+	ClientAuth *ClientAuth `json:"clientAuth,omitempty"`
 
 	// Destinations narrow where the proxy's clients may go: a request must
 	// match one of these rules, besides passing the provider entry's
