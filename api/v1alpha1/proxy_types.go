@@ -269,6 +269,13 @@ const (
 	// ReasonCloudInitSecretNotFound: cloudInitSecretRef names a Secret or
 	// key that does not exist; re-evaluated when the Secret appears.
 	ReasonCloudInitSecretNotFound = "CloudInitSecretNotFound"
+	// ReasonClientAuthSecretNotFound: clientAuth names a Secret or key that
+	// does not exist; re-evaluated when the Secret appears.
+	ReasonClientAuthSecretNotFound = "ClientAuthSecretNotFound"
+	// ReasonClientAuthInvalid: the clientAuth Secret's htpasswd file cannot
+	// be used (a malformed line, a hash that is not bcrypt, no user); the
+	// message names the Secret and the line, never its content.
+	ReasonClientAuthInvalid = "ClientAuthInvalid"
 	// ReasonDeleting: the instance is being deleted with the Proxy.
 	ReasonDeleting = "Deleting"
 )

@@ -28,6 +28,7 @@ import (
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/telemetry"
 )
@@ -197,10 +198,15 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 
 	cloudInit, err := r.cloudInit(ctx, px)
 	if err != nil {
-		r.report(px, observation{seen: cloudInitUnresolved, err: err})
+		r.report(px, observation{seen: secretUnresolved, err: err})
 		return ctrl.Result{RequeueAfter: r.transientBackoff.When(key(px))}
 	}
-	req := createRequest(px, cloudInit)
+	users, err := r.clientAuth(ctx, px)
+	if err != nil {
+		r.report(px, observation{seen: secretUnresolved, err: err})
+		return ctrl.Result{RequeueAfter: r.transientBackoff.When(key(px))}
+	}
+	req := createRequest(px, cloudInit, users)
 	if r.latched(ctx, px, entry, req.Name) {
 		// A permanent failure is not retried until what it was seen under
 		// changes; the status says what.
@@ -449,7 +455,7 @@ func (r *ProxyReconciler) deleteInstance(ctx context.Context, entry *registry.En
 }
 
 // cloudInit resolves the user-data: inline, from a Secret, or none. A
-// Secret or key it cannot read gives a *cloudInitError instead.
+// Secret or key it cannot read gives a *secretError instead.
 func (r *ProxyReconciler) cloudInit(ctx context.Context, px *egressv1.Proxy) (provider.Sensitive, error) {
 	ref := px.Spec.CloudInitSecretRef
 	if ref == nil {
@@ -463,15 +469,49 @@ func (r *ProxyReconciler) cloudInit(ctx context.Context, px *egressv1.Proxy) (pr
 	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: px.Namespace, Name: ref.Name}, sec)
 	switch {
 	case apierrors.IsNotFound(err):
-		return "", &cloudInitError{missing: true,
+		return "", &secretError{reason: egressv1.ReasonCloudInitSecretNotFound,
 			msg: fmt.Sprintf("spec.cloudInitSecretRef: Secret %q not found in namespace %q", ref.Name, px.Namespace)}
 	case err != nil:
-		return "", &cloudInitError{msg: fmt.Sprintf("spec.cloudInitSecretRef: reading Secret %q: %v", ref.Name, err)}
+		return "", &secretError{msg: fmt.Sprintf("spec.cloudInitSecretRef: reading Secret %q: %v", ref.Name, err)}
 	}
 	data, ok := sec.Data[keyName]
 	if !ok {
-		return "", &cloudInitError{missing: true,
+		return "", &secretError{reason: egressv1.ReasonCloudInitSecretNotFound,
 			msg: fmt.Sprintf("spec.cloudInitSecretRef: Secret %q has no key %q", ref.Name, keyName)}
+	}
+	return provider.Sensitive(data), nil
+}
+
+// clientAuth resolves the htpasswd file of spec.clientAuth, checked as both
+// proxies read it, or none. A Secret or key it cannot read, or a file that
+// cannot be used, gives a *secretError naming the Secret and the line,
+// never the file's content.
+func (r *ProxyReconciler) clientAuth(ctx context.Context, px *egressv1.Proxy) (provider.Sensitive, error) {
+	if px.Spec.ClientAuth == nil {
+		return "", nil
+	}
+	ref := px.Spec.ClientAuth.SecretRef
+	keyName := ref.Key
+	if keyName == "" {
+		keyName = "htpasswd"
+	}
+	sec := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: px.Namespace, Name: ref.Name}, sec)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", &secretError{reason: egressv1.ReasonClientAuthSecretNotFound,
+			msg: fmt.Sprintf("spec.clientAuth.secretRef: Secret %q not found in namespace %q", ref.Name, px.Namespace)}
+	case err != nil:
+		return "", &secretError{msg: fmt.Sprintf("spec.clientAuth.secretRef: reading Secret %q: %v", ref.Name, err)}
+	}
+	data, ok := sec.Data[keyName]
+	if !ok {
+		return "", &secretError{reason: egressv1.ReasonClientAuthSecretNotFound,
+			msg: fmt.Sprintf("spec.clientAuth.secretRef: Secret %q has no key %q", ref.Name, keyName)}
+	}
+	if _, err := clientauth.Parse(data); err != nil {
+		return "", &secretError{reason: egressv1.ReasonClientAuthInvalid,
+			msg: fmt.Sprintf("spec.clientAuth.secretRef: Secret %q key %q: %v", ref.Name, keyName, err)}
 	}
 	return provider.Sensitive(data), nil
 }

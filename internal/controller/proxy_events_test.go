@@ -26,6 +26,8 @@ func TestTransitionEvent(t *testing.T) {
 		{false, egressv1.ReasonPermanentFailure, "Warning"},
 		{false, egressv1.ReasonProviderNotFound, "Warning"},
 		{false, egressv1.ReasonCloudInitSecretNotFound, "Warning"},
+		{false, egressv1.ReasonClientAuthSecretNotFound, "Warning"},
+		{false, egressv1.ReasonClientAuthInvalid, "Warning"},
 		{false, egressv1.ReasonInstanceStopped, "Warning"},
 	} {
 		typ, emit := transitionEvent(tc.ready, tc.reason)

@@ -21,6 +21,10 @@ type shape struct {
 	// CloudInitSHA256 stands for the user-data, so the hash never carries
 	// the secret itself and a changed Secret still reshapes the instance.
 	CloudInitSHA256 string `json:"cloudInitSHA256"`
+	// ClientAuthSHA256 stands for the clientAuth users, like the
+	// user-data: a changed Secret replaces the instance (make before
+	// break), never a user or a hash in the name. Omitted when empty.
+	ClientAuthSHA256 string `json:"clientAuthSHA256,omitempty"`
 	// Destinations are rendered into the instance's proxy configuration.
 	// Omitted when empty, so a Proxy without rules keeps the name it had
 	// before the field existed.
@@ -29,22 +33,27 @@ type shape struct {
 
 // shapeOf computes the shape hash of a Proxy's spec with its resolved
 // cloud-init. The order of allowedSourceRanges does not matter.
-func shapeOf(spec egressv1.ProxySpec, cloudInit provider.Sensitive) string {
+func shapeOf(spec egressv1.ProxySpec, cloudInit, clientAuth provider.Sensitive) string {
 	ranges := append([]string(nil), spec.AllowedSourceRanges...)
 	sort.Strings(ranges)
-	ci := ""
-	if cloudInit.Len() > 0 {
-		sum := sha256.Sum256([]byte(cloudInit.Reveal()))
-		ci = hex.EncodeToString(sum[:])
-	}
 	b, _ := json.Marshal(shape{
 		Port:                spec.Port,
 		Placement:           placementOf(spec.Placement),
 		AllowedSourceRanges: ranges,
-		CloudInitSHA256:     ci,
+		CloudInitSHA256:     sha256Hex(cloudInit),
+		ClientAuthSHA256:    sha256Hex(clientAuth),
 		Destinations:        destinationsOf(spec.Destinations),
 	})
 	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// sha256Hex stands for a secret in the shape; empty for none.
+func sha256Hex(s provider.Sensitive) string {
+	if s.Len() == 0 {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(s.Reveal()))
 	return hex.EncodeToString(sum[:])
 }
 
@@ -65,8 +74,8 @@ func placementOf(p egressv1.Placement) provider.Placement {
 }
 
 // createRequest builds the provider request for a Proxy. It is pure: the
-// cloud-init is resolved by the caller.
-func createRequest(px *egressv1.Proxy, cloudInit provider.Sensitive) provider.CreateRequest {
+// cloud-init and the clientAuth users are resolved by the caller.
+func createRequest(px *egressv1.Proxy, cloudInit, clientAuth provider.Sensitive) provider.CreateRequest {
 	port := px.Spec.Port
 	if port == 0 {
 		port = defaultPort // the CRD defaults it; this covers objects made before the default existed
@@ -74,13 +83,14 @@ func createRequest(px *egressv1.Proxy, cloudInit provider.Sensitive) provider.Cr
 	spec := px.Spec
 	spec.Port = port
 	return provider.CreateRequest{
-		Name:                provider.InstanceName(px.Namespace, px.Name, string(px.UID), shapeOf(spec, cloudInit)),
+		Name:                provider.InstanceName(px.Namespace, px.Name, string(px.UID), shapeOf(spec, cloudInit, clientAuth)),
 		Namespace:           px.Namespace,
 		ProxyName:           px.Name,
 		UID:                 string(px.UID),
 		Port:                port,
 		AllowedSourceRanges: append([]string(nil), px.Spec.AllowedSourceRanges...),
 		Destinations:        destinationsOf(px.Spec.Destinations),
+		ClientAuth:          clientAuth,
 		CloudInit:           cloudInit,
 		Placement:           placementOf(px.Spec.Placement),
 	}

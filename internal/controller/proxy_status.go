@@ -30,9 +30,9 @@ type finding int
 const (
 	// noProvider: spec.provider names no entry of the providers config.
 	noProvider finding = iota + 1
-	// cloudInitUnresolved: the user-data could not be resolved (err, a
-	// *cloudInitError).
-	cloudInitUnresolved
+	// secretUnresolved: a Secret the Proxy names (its user-data, its
+	// clientAuth users) could not be resolved (err, a *secretError).
+	secretUnresolved
 	// failure: a provider call failed (err, classified at its source).
 	failure
 	// instanceLost: the current instance (id) is gone from the backend.
@@ -126,10 +126,10 @@ func deriveStatus(o observation) shown {
 		return shown{ready: metav1.ConditionFalse, reason: egressv1.ReasonProviderNotFound,
 			message: fmt.Sprintf("spec.provider %q names no entry in the operator's providers config", o.providerName),
 			phase:   egressv1.PhasePending}
-	case cloudInitUnresolved:
+	case secretUnresolved:
 		s := shown{ready: metav1.ConditionFalse, reason: egressv1.ReasonBackendError, message: o.err.Error()}
-		if ce := (*cloudInitError)(nil); errors.As(o.err, &ce) && ce.missing {
-			s.reason = egressv1.ReasonCloudInitSecretNotFound
+		if se := (*secretError)(nil); errors.As(o.err, &se) && se.reason != "" {
+			s.reason = se.reason
 		}
 		if o.rec.current == "" {
 			s.phase = egressv1.PhasePending
@@ -271,15 +271,15 @@ func describeState(s provider.State) string {
 	return string(s)
 }
 
-// cloudInitError says why the user-data could not be resolved: missing is a
-// Secret or key that does not exist (the user's to fix), else reading the
-// Secret failed.
-type cloudInitError struct {
-	missing bool
-	msg     string
+// secretError says why a Secret the Proxy names could not be resolved:
+// reason is the user's to fix (a Secret or key that does not exist, a file
+// that cannot be used); empty when reading the Secret failed.
+type secretError struct {
+	reason string
+	msg    string
 }
 
-func (e *cloudInitError) Error() string { return e.msg }
+func (e *secretError) Error() string { return e.msg }
 
 // report shows what a pass saw in px.Status (deriveStatus), and records a
 // Warning event when Ready turns to a failure (proxy_events.go) or when a

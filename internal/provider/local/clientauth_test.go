@@ -3,13 +3,16 @@ package local
 import (
 	"encoding/base64"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
 	"golang.org/x/crypto/bcrypt"
+	"sigs.k8s.io/yaml"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
 // With clientAuth, a request needs a user and password of the file as well
@@ -63,5 +66,44 @@ func TestClientAuth(t *testing.T) {
 		if strings.Contains(logs.String(), needle) {
 			t.Errorf("a log line holds %q:\n%s", needle, logs.String())
 		}
+	}
+}
+
+// The sample Proxy config/samples/partner_api.yaml works as its comments
+// say: its Secret's users with the passwords written there get past
+// authentication, and then only the partner's name on port 443 is allowed.
+func TestPartnerAPISample(t *testing.T) {
+	data, err := os.ReadFile("../../../config/samples/partner_api.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Split(string(data), "\n---\n")
+	var px struct {
+		Spec struct {
+			Destinations []egress.DestinationRule `json:"destinations"`
+		} `json:"spec"`
+	}
+	var sec struct {
+		StringData map[string]string `json:"stringData"`
+	}
+	if len(docs) != 2 || yaml.Unmarshal([]byte(docs[0]), &px) != nil || yaml.Unmarshal([]byte(docs[1]), &sec) != nil {
+		t.Fatalf("the sample is not a Proxy and a Secret")
+	}
+	p := newTestProvider(t, testInstallation, 24)
+	req := request("partner-api", "127.0.0.0/8")
+	req.Destinations = px.Spec.Destinations
+	req.ClientAuth = provider.Sensitive(sec.StringData["htpasswd"])
+	inst := mustCreate(t, p, req)
+	for _, user := range []string{"alice:correct horse battery", "bob:staple paper clip"} {
+		auth := "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(user)) + "\r\n"
+		// A name no rule matches, by address: refused by the rules, not
+		// for its credentials.
+		resp, body := rawRequest(t, inst, "CONNECT 203.0.114.7:443 HTTP/1.1\r\nHost: 203.0.114.7:443\r\n"+auth+"\r\n")
+		if resp.StatusCode != http.StatusForbidden || body != textRefused+"\n" {
+			t.Errorf("CONNECT 203.0.114.7:443 as %s: %d %q; want the rules' 403", strings.Split(user, ":")[0], resp.StatusCode, body)
+		}
+	}
+	if resp, _ := rawRequest(t, inst, "CONNECT 203.0.114.7:443 HTTP/1.1\r\nHost: 203.0.114.7:443\r\n\r\n"); resp.StatusCode != http.StatusProxyAuthRequired {
+		t.Errorf("CONNECT without credentials: %d, want 407", resp.StatusCode)
 	}
 }
