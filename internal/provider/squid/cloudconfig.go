@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
@@ -59,7 +60,13 @@ const (
 	vmCoredumpDir = "/var/spool/squid"
 	vmLogDir      = "/var/log/squid" // made by the package, owned by its user
 	vmService     = "squid.service"
+	// vmPasswordFile holds a Proxy's clientAuth users on the VM.
+	vmPasswordFile = "/etc/squid/htpasswd"
 )
+
+// squidGroup is the group the family's Squid (and its auth helper) runs
+// as, which must read the password file.
+var squidGroup = map[Family]string{FamilyDebian: "proxy", FamilyRHEL: "squid"}
 
 // selinuxSquidPorts are the ports RHEL's SELinux policy labels squid_port_t;
 // Squid on any other port must have it labelled first.
@@ -80,13 +87,21 @@ type CloudConfigParams struct {
 	Destinations *egress.Policy
 	// Family is the image's distribution family; empty is FamilyDebian.
 	Family Family
+	// ClientAuth is the htpasswd file of the Proxy's clientAuth, already
+	// checked (clientauth.Parse); empty: no authentication.
+	ClientAuth provider.Sensitive
 }
 
 // vmParams is the VM variant of the generator's Params: the VM listens on
 // every address, its distro's squid.service starts Squid as root, which
 // drops to the package's user, and logs go where the distro keeps them.
 func vmParams(in CloudConfigParams) Params {
+	var auth *Auth
+	if in.ClientAuth.Len() > 0 {
+		auth = &Auth{PasswordFile: vmPasswordFile}
+	}
 	return Params{
+		Auth:         auth,
 		Generator:    orDefault(in.Generator, "egress-proxies-operator"),
 		Port:         in.Port,
 		Clients:      in.Clients,
@@ -117,8 +132,9 @@ func vmParams(in CloudConfigParams) Params {
 // upgrading the whole image at first boot would be slow and may need a
 // reboot, and keeping images current is the image catalogue's job.
 //
-// The result holds no secret, but what a provider passes on is
-// UserData's Sensitive.
+// With ClientAuth the result holds the users' bcrypt hashes, in a file only
+// Squid's group may read on the VM; what a provider passes on is
+// UserData's Sensitive either way, never logged.
 func CloudConfig(in CloudConfigParams) (string, error) {
 	family, err := ParseFamily(string(in.Family))
 	if err != nil {
@@ -135,6 +151,12 @@ func CloudConfig(in CloudConfigParams) (string, error) {
 		// relabels a port the policy already gives another type).
 		packages = append(packages, "policycoreutils-python-utils")
 		runcmd = append(runcmd, fmt.Sprintf("semanage port -a -t squid_port_t -p tcp %[1]d || semanage port -m -t squid_port_t -p tcp %[1]d", in.Port))
+	}
+	if in.ClientAuth.Len() > 0 {
+		// write_files runs before the package exists, so before its group
+		// does: the file is written root-only, then handed to Squid's group.
+		runcmd = append(runcmd, fmt.Sprintf("chgrp %s %s", squidGroup[family], vmPasswordFile),
+			"chmod 0640 "+vmPasswordFile)
 	}
 	runcmd = append(runcmd, "systemctl enable "+vmService, "systemctl restart "+vmService)
 
@@ -160,6 +182,15 @@ func CloudConfig(in CloudConfigParams) (string, error) {
 		if l == "" {
 			w("")
 		} else {
+			w("      %s", l)
+		}
+	}
+	if in.ClientAuth.Len() > 0 {
+		w("  - path: %s", vmPasswordFile)
+		w("    owner: root:root")
+		w("    permissions: '0600'")
+		w("    content: |")
+		for _, l := range strings.Split(strings.TrimSuffix(in.ClientAuth.Reveal(), "\n"), "\n") {
 			w("      %s", l)
 		}
 	}
@@ -196,10 +227,15 @@ func containsPort(ports []int32, p int32) bool {
 // result is Sensitive: it may be the user's, so it is never logged.
 func UserData(req provider.CreateRequest, dest *egress.Policy, family Family) (provider.Sensitive, error) {
 	if req.ClientAuth.Len() > 0 {
-		// Refused rather than ignored: the VM's Squid would admit clients by
-		// range alone. The file's way into the seed comes next.
-		return "", provider.Errorf(provider.ErrPermanent,
-			"clientAuth is not supported on VM providers yet: the proxy would admit clients by allowedSourceRanges alone")
+		if req.CloudInit != "" {
+			// Like the destination rules: the image would run a proxy that
+			// never heard of the users, open to every admitted address.
+			return "", provider.Errorf(provider.ErrPermanent,
+				"clientAuth: the users are enforced by the generated Squid configuration, and this Proxy brings its own cloudInit; drop one of them")
+		}
+		if _, err := clientauth.Parse([]byte(req.ClientAuth.Reveal())); err != nil {
+			return "", provider.Errorf(provider.ErrPermanent, "clientAuth: %v", err)
+		}
 	}
 	if req.CloudInit != "" {
 		if len(req.Destinations) > 0 {
@@ -217,7 +253,8 @@ func UserData(req provider.CreateRequest, dest *egress.Policy, family Family) (p
 	if len(errs) > 0 {
 		return "", provider.Errorf(provider.ErrPermanent, "%s", errs.ToAggregate().Error())
 	}
-	doc, err := CloudConfig(CloudConfigParams{Port: req.Port, Clients: clients, Destinations: narrowed, Family: family})
+	doc, err := CloudConfig(CloudConfigParams{Port: req.Port, Clients: clients, Destinations: narrowed, Family: family,
+		ClientAuth: req.ClientAuth})
 	if err != nil {
 		return "", err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -293,11 +294,40 @@ func TestUserData(t *testing.T) {
 	}
 }
 
-// Until the VM providers carry the htpasswd file, a Proxy with clientAuth is
-// refused, never served by range alone.
-func TestUserDataRefusesClientAuth(t *testing.T) {
-	_, err := UserData(provider.CreateRequest{Port: 3128, ClientAuth: "alice:$2y$04$abc\n"}, nil, FamilyDebian)
-	if err == nil || !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), "clientAuth") || strings.Contains(err.Error(), "alice") {
-		t.Errorf("UserData with clientAuth = %v; want Permanent naming clientAuth, not its content", err)
+// A Proxy's clientAuth users reach the VM: the password file is written
+// root-only before the package exists, handed to Squid's group after it,
+// and squid.conf checks it; a malformed file, or one beside the Proxy's
+// own cloud-init, is refused without echoing it.
+func TestUserDataCarriesClientAuth(t *testing.T) {
+	const users = "alice:$2y$04$Q0oOV/DmLL4SCVin7w9Rlegb2hRVF6hyIlAdLcvngU0I6Uo/1GlSa\n"
+	for family, group := range map[Family]string{FamilyDebian: "proxy", FamilyRHEL: "squid"} {
+		ud, err := UserData(provider.CreateRequest{Port: 3128, ClientAuth: users}, nil, family)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc := ud.Reveal()
+		for _, want := range []string{
+			"  - path: /etc/squid/htpasswd\n    owner: root:root\n    permissions: '0600'\n    content: |\n      " + strings.TrimSuffix(users, "\n") + "\n",
+			"  - chgrp " + group + " /etc/squid/htpasswd\n  - chmod 0640 /etc/squid/htpasswd\n  - systemctl enable squid.service\n",
+			"      auth_param basic program /usr/lib/squid/basic_ncsa_auth /etc/squid/htpasswd\n",
+			"      http_access deny !authenticated\n",
+		} {
+			if !strings.Contains(doc, want) {
+				t.Errorf("%s: the cloud-config lacks %q:\n%s", family, want, doc)
+			}
+		}
+		if out, err := squidtest.Schema(t, doc); err != nil || !strings.Contains(string(out), "Valid cloud-config") {
+			t.Errorf("%s: cloud-init schema refuses it: %v\n%s", family, err, out)
+		}
+	}
+	for _, req := range []provider.CreateRequest{
+		{Port: 3128, ClientAuth: "alice:plain-text-SENTINEL\n"},
+		{Port: 3128, ClientAuth: users, CloudInit: "#cloud-config\n"},
+	} {
+		_, err := UserData(req, nil, FamilyDebian)
+		if err == nil || !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), "clientAuth") ||
+			strings.Contains(err.Error(), "SENTINEL") || strings.Contains(err.Error(), "$2y$") {
+			t.Errorf("UserData = %v; want Permanent naming clientAuth, not its content", err)
+		}
 	}
 }
