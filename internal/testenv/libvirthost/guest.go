@@ -115,6 +115,15 @@ func ProxyClient(port int32) *http.Client {
 	}
 }
 
+// ProxyClientAs is ProxyClient sending user and password (HTTP basic, as
+// Proxy-Authorization) with every request.
+func ProxyClientAs(port int32, user, password string) *http.Client {
+	c := ProxyClient(port)
+	proxyURL := &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", fmt.Sprint(port)), User: url.UserPassword(user, password)}
+	c.Transport.(*http.Transport).Proxy = http.ProxyURL(proxyURL)
+	return c
+}
+
 // GetBody is one GET of target through client: nil once the answer is a
 // 200 with body want.
 func GetBody(client *http.Client, target, want string) error {

@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,6 +34,8 @@ import (
 
 	libvirtrpc "github.com/digitalocean/go-libvirt"
 	"github.com/go-logr/logr/funcr"
+	"golang.org/x/crypto/bcrypt"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +45,7 @@ import (
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/operator"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/libvirt"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
@@ -222,9 +226,23 @@ func TestProxyEndToEnd(t *testing.T) {
 		t.Logf("ProviderHealth %s: type %s, Healthy, target %s at %s, details %v", name, ph.Status.Type, ph.Status.Target, ph.Status.Address, ph.Status.Details)
 	}
 
+	// The Proxy asks its clients for a user and password from a Secret:
+	// the guest's Squid checks them with Debian's basic_ncsa_auth against
+	// the file the generated cloud-config wrote.
+	const user, password = "alice", "correct horse in the guest"
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "users"},
+		Data: map[string][]byte{"htpasswd": []byte(user + ":" + string(hash) + "\n")}}
+	if err := env.Client.Create(ctx, users); err != nil {
+		t.Fatal(err)
+	}
 	key := client.ObjectKey{Namespace: ns, Name: "e2e"}
 	px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name}, Spec: egressv1.ProxySpec{
 		Provider: "lv", Port: squidPort, AllowedSourceRanges: []string{libvirthost.SlirpHost + "/32"},
+		ClientAuth: &egressv1.ClientAuth{SecretRef: egressv1.HtpasswdSecretRef{Name: users.Name}},
 	}}
 	applied := time.Now()
 	if err := env.Client.Create(ctx, px); err != nil {
@@ -260,16 +278,36 @@ func TestProxyEndToEnd(t *testing.T) {
 	origin, hits := testenv.CountingOrigin(t, "127.0.0.1", originBody, false)
 	originPort := origin.Listener.Addr().(*net.TCPAddr).Port
 	target := fmt.Sprintf("http://%s/", net.JoinHostPort(libvirthost.SlirpHost, fmt.Sprint(originPort)))
-	proxyClient := libvirthost.ProxyClient(fwd)
+	proxyClient := libvirthost.ProxyClientAs(fwd, user, password)
 	testenv.EventuallyNilWithin(t, readyBound, "a 200 from the origin through the guest's Squid", func() error {
 		return libvirthost.GetBody(proxyClient, target, originBody)
 	})
-	t.Logf("GET %s through the guest's Squid (127.0.0.1:%d forwards to the guest's :%d): 200 %q", target, fwd, squidPort, originBody)
+	t.Logf("GET %s through the guest's Squid (127.0.0.1:%d forwards to the guest's :%d) as %s: 200 %q", target, fwd, squidPort, user, originBody)
+	hitsBefore := hits.Load()
+	for what, c := range map[string]*http.Client{
+		"no credentials":     libvirthost.ProxyClient(fwd),
+		"a wrong password":   libvirthost.ProxyClientAs(fwd, user, password+"x"),
+		"an unknown user":    libvirthost.ProxyClientAs(fwd, "mallory", password),
+		"the user uppercase": libvirthost.ProxyClientAs(fwd, "Alice", password),
+	} {
+		resp, err := c.Get(target)
+		if err != nil {
+			t.Fatalf("GET %s with %s: %v", target, what, err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusProxyAuthRequired || resp.Header.Get("Proxy-Authenticate") != clientauth.Challenge {
+			t.Fatalf("GET %s with %s: %d %q, want 407 with %q", target, what, resp.StatusCode, resp.Header.Get("Proxy-Authenticate"), clientauth.Challenge)
+		}
+	}
+	if n := hits.Load(); n != hitsBefore {
+		t.Fatalf("a request without valid credentials reached the origin")
+	}
+	t.Logf("GET %s with no credentials, a wrong password, an unknown user, the user in another case: 407 %s, the origin not reached", target, clientauth.Challenge)
 
 	// A client outside allowedSourceRanges: the guest itself, from its own
 	// address. Squid answers 403 without fetching: the origin's count
 	// stays where it was.
-	hitsBefore := hits.Load()
+	hitsBefore = hits.Load()
 	refused := fmt.Sprintf("http://%s/refused", net.JoinHostPort(libvirthost.SlirpHost, fmt.Sprint(originPort)))
 	out := libvirthost.RequestFromGuest(t, l, dom, agent, squidPort, refused)
 	status, _, _ := strings.Cut(out, "\n")
