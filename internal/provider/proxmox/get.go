@@ -2,6 +2,7 @@ package proxmox
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"strings"
@@ -18,15 +19,21 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 		return provider.Instance{}, err
 	}
 	st := p.steps.Poll(name)
-	if st.Err != nil {
-		return provider.Instance{}, st.Err
-	}
 	if ds := p.dels.Poll(name); ds.Err != nil {
 		// A failed delete step is the next call's error, so the reconciler
 		// calls Delete again instead of reading the VM as still there.
 		return provider.Instance{}, ds.Err
 	}
 	in, err := p.get(httpobserve.WithOp(ctx, provider.OpGet), vmid, name)
+	if st.Err != nil {
+		// The step's failure is the answer (once), unless the VM is no
+		// longer ours, gone or its name taken by another: then the step
+		// failed against what is not ours, and NotFound is the answer.
+		if errors.Is(err, provider.ErrNotFound) {
+			return provider.Instance{}, err
+		}
+		return provider.Instance{}, st.Err
+	}
 	if st.Running {
 		// The step's progress, unless the backend shows the VM gone after
 		// its clone, or taken by another.
