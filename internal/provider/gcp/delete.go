@@ -26,8 +26,8 @@ const foregroundInsertWait = 5 * time.Second
 
 // Delete removes the instance, then its firewall rule. It returns early
 // (profile delete-return: returns-early): it cancels the create step in
-// flight (so none inserts what is being deleted), reads the instance,
-// waits for an insert the cancelled step had sent (meetInsert), submits
+// flight (so none inserts what is being deleted), waits for an insert the
+// cancelled step had sent (meetInsert), reads the instance, submits
 // one delete operation and follows it in the background (the
 // delete step), which deletes the rule once the instance is gone. While
 // that step runs, Delete submits nothing more (the earlier providers submitted a
@@ -70,6 +70,12 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	if inserting {
+		// Before the read: the API may have accepted the insert and not
+		// show the instance yet, and a Delete that read "not found" then
+		// would leave it running for good.
+		p.meetInsert(fg, api, zone, name, sent)
+	}
 	in, err := api.GetInstance(fg, zone, name)
 	if err != nil {
 		err = classify(err, call{what: "reading instance " + id, target: p.instanceTarget(zone, name)})
@@ -82,9 +88,6 @@ func (p *Provider) Delete(ctx context.Context, id string) error {
 	if m := provider.MarksFromLabels(in.GetLabels()); !m.Managed || m.Installation != p.opts.InstallationID {
 		log.Info("gcp instance under the instance's name is not this installation's: left alone")
 		return p.removeRule(fg, api, name, foregroundRuleWait)
-	}
-	if inserting {
-		p.meetInsert(fg, api, zone, name, sent)
 	}
 	op, err := p.submitDelete(fg, api, zone, name, in.GetId())
 	if err != nil || op == nil {

@@ -1,7 +1,11 @@
 package gcp
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -12,6 +16,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp/fakecompute"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp/gcptest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 // Seed gap (gcp): "Delete: submits a delete operation and returns ...
@@ -256,4 +261,71 @@ func cutInsert(answerLost bool, accepted chan<- int) func(http.RoundTripper) htt
 			return next.RoundTrip(req)
 		})
 	}
+}
+
+// The insert of a cancelled create step may reach the API after Delete has
+// read the instance (its request left before the cancellation, the API
+// handles it later): Delete meets that insert before it reads, so the
+// instance it then makes is the one it deletes, and the late request,
+// under the same request ID, makes nothing more. The seam holds the create
+// step's insert until Delete has returned; a Delete that read first would
+// find nothing, and the late insert would leave an instance running.
+func TestDeleteMeetsAnInsertTheAPIHandlesLate(t *testing.T) {
+	env := gcptest.New(t)
+	p := newTestProvider(t, env, nil)
+	held := make(chan struct{})
+	release := make(chan struct{})
+	late := make(chan error, 1)
+	p.wireSeam = func(next http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if httpobserve.OpOf(req.Context()) != httpobserve.OpCreateStep || req.Method != http.MethodPost ||
+				!strings.HasSuffix(req.URL.Path, "/instances") {
+				return next.RoundTrip(req)
+			}
+			body, err := io.ReadAll(req.Body)
+			if err != nil {
+				return nil, err
+			}
+			// On its way: the API gets it after Delete returned.
+			lateReq := req.Clone(context.WithoutCancel(req.Context()))
+			lateReq.Body = io.NopCloser(bytes.NewReader(body))
+			go func() {
+				<-release
+				resp, err := next.RoundTrip(lateReq)
+				if err == nil {
+					resp.Body.Close()
+				}
+				late <- err
+			}()
+			close(held)
+			<-req.Context().Done()
+			return nil, req.Context().Err()
+		})
+	}
+	b := bounded(p)
+	req := testRequest("del-late-insert")
+	inst, err := b.Create(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-held
+	if err := b.Delete(t.Context(), inst.ID); err != nil {
+		t.Fatalf("Delete with the create step's insert on its way: %v", err)
+	}
+	close(release)
+	if err := <-late; err != nil {
+		t.Fatalf("the late insert: %v", err)
+	}
+	// One Delete, as the reconciler makes when Delete succeeded: then
+	// only Get, until the instance is gone.
+	testenv.EventuallyNil(t, "instance "+inst.ID+" gone after one Delete", func() error {
+		_, err := b.Get(t.Context(), inst.ID)
+		if errors.Is(err, provider.ErrNotFound) {
+			return nil
+		}
+		if in := env.Fake.Instance(testProject, testZone, req.Name); in != nil {
+			return fmt.Errorf("instance %s is %s: the late insert made it", req.Name, in.GetStatus())
+		}
+		return err
+	})
 }
