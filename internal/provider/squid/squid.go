@@ -298,7 +298,7 @@ func byReason(rs []egress.Range) []reasonGroup {
 			index[r.Why] = i
 			out = append(out, reasonGroup{why: r.Why})
 		}
-		out[i].prefixes = append(out[i].prefixes, r.Prefix.String())
+		out[i].prefixes = append(out[i].prefixes, strings.Fields(joinPrefixes([]netip.Prefix{r.Prefix}))...)
 	}
 	return out
 }

@@ -195,3 +195,28 @@ func narrowed(t *testing.T, rules ...egress.DestinationRule) *egress.Policy {
 	}
 	return entry.Narrow(parsed)
 }
+
+// Squid reads 0.0.0.0/0 as "all", IPv6 included: an entry whose extra
+// ranges refuse all of IPv4 must still let a public IPv6 destination
+// through on both enforcements, and the generated file never says
+// 0.0.0.0/0.
+func TestConfigEntryRefusingAllIPv4(t *testing.T) {
+	dest := (&egress.Settings{}).Policy(egress.Range{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Why: "an entry that refuses all of IPv4"})
+	conf := Config(Params{Port: 3128, PidFile: "/p", CoredumpDir: "/c", Destinations: dest})
+	if strings.Contains(conf, "0.0.0.0/0") {
+		t.Errorf("the generated config says 0.0.0.0/0:\n%s", conf)
+	}
+	access, err := squidtest.ParseAccess(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := netip.MustParseAddr("127.0.0.1")
+	for _, a := range []string{"2a00:1450::1", "11.0.0.1"} {
+		addr := []netip.Addr{netip.MustParseAddr(a)}
+		squidSays := access.Allows(squidtest.Request{Client: client, Connect: true, Port: 443, Addrs: addr})
+		goSays := dest.Decide(egress.Destination{Connect: true, Port: 443, Addrs: addr}) == nil
+		if squidSays != goSays || squidSays != netip.MustParseAddr(a).Is6() {
+			t.Errorf("CONNECT %s:443: Squid's rules allow=%t, the Go policy allow=%t; want only the IPv6 one allowed", a, squidSays, goSays)
+		}
+	}
+}
