@@ -461,25 +461,8 @@ func (r *ProxyReconciler) cloudInit(ctx context.Context, px *egressv1.Proxy) (pr
 	if ref == nil {
 		return provider.Sensitive(px.Spec.CloudInit), nil
 	}
-	keyName := ref.Key
-	if keyName == "" {
-		keyName = "user-data"
-	}
-	sec := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: px.Namespace, Name: ref.Name}, sec)
-	switch {
-	case apierrors.IsNotFound(err):
-		return "", &secretError{reason: egressv1.ReasonCloudInitSecretNotFound,
-			msg: fmt.Sprintf("spec.cloudInitSecretRef: Secret %q not found in namespace %q", ref.Name, px.Namespace)}
-	case err != nil:
-		return "", &secretError{msg: fmt.Sprintf("spec.cloudInitSecretRef: reading Secret %q: %v", ref.Name, err)}
-	}
-	data, ok := sec.Data[keyName]
-	if !ok {
-		return "", &secretError{reason: egressv1.ReasonCloudInitSecretNotFound,
-			msg: fmt.Sprintf("spec.cloudInitSecretRef: Secret %q has no key %q", ref.Name, keyName)}
-	}
-	return provider.Sensitive(data), nil
+	data, err := r.secretData(ctx, px, "spec.cloudInitSecretRef", ref.Name, ref.Key, "user-data", egressv1.ReasonCloudInitSecretNotFound)
+	return provider.Sensitive(data), err
 }
 
 // clientAuth resolves the htpasswd file of spec.clientAuth, checked as both
@@ -491,29 +474,43 @@ func (r *ProxyReconciler) clientAuth(ctx context.Context, px *egressv1.Proxy) (p
 		return "", nil
 	}
 	ref := px.Spec.ClientAuth.SecretRef
-	keyName := ref.Key
-	if keyName == "" {
-		keyName = "htpasswd"
-	}
-	sec := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: px.Namespace, Name: ref.Name}, sec)
-	switch {
-	case apierrors.IsNotFound(err):
-		return "", &secretError{reason: egressv1.ReasonClientAuthSecretNotFound,
-			msg: fmt.Sprintf("spec.clientAuth.secretRef: Secret %q not found in namespace %q", ref.Name, px.Namespace)}
-	case err != nil:
-		return "", &secretError{msg: fmt.Sprintf("spec.clientAuth.secretRef: reading Secret %q: %v", ref.Name, err)}
-	}
-	data, ok := sec.Data[keyName]
-	if !ok {
-		return "", &secretError{reason: egressv1.ReasonClientAuthSecretNotFound,
-			msg: fmt.Sprintf("spec.clientAuth.secretRef: Secret %q has no key %q", ref.Name, keyName)}
+	data, err := r.secretData(ctx, px, "spec.clientAuth.secretRef", ref.Name, ref.Key, "htpasswd", egressv1.ReasonClientAuthSecretNotFound)
+	if err != nil {
+		return "", err
 	}
 	if _, err := clientauth.Parse(data); err != nil {
 		return "", &secretError{reason: egressv1.ReasonClientAuthInvalid,
-			msg: fmt.Sprintf("spec.clientAuth.secretRef: Secret %q key %q: %v", ref.Name, keyName, err)}
+			msg: fmt.Sprintf("spec.clientAuth.secretRef: Secret %q key %q: %v", ref.Name, orDefault(ref.Key, "htpasswd"), err)}
 	}
 	return provider.Sensitive(data), nil
+}
+
+// secretData reads key (defaultKey when empty) of the Secret name in the
+// Proxy's namespace, the one way both Secret references are read. A Secret
+// or key that does not exist is a *secretError with notFound as its
+// reason; any other read failure one with no reason. Errors name field.
+func (r *ProxyReconciler) secretData(ctx context.Context, px *egressv1.Proxy, field, name, key, defaultKey, notFound string) ([]byte, error) {
+	key = orDefault(key, defaultKey)
+	sec := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: px.Namespace, Name: name}, sec)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, &secretError{reason: notFound, msg: fmt.Sprintf("%s: Secret %q not found in namespace %q", field, name, px.Namespace)}
+	case err != nil:
+		return nil, &secretError{msg: fmt.Sprintf("%s: reading Secret %q: %v", field, name, err)}
+	}
+	data, ok := sec.Data[key]
+	if !ok {
+		return nil, &secretError{reason: notFound, msg: fmt.Sprintf("%s: Secret %q has no key %q", field, name, key)}
+	}
+	return data, nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func createPort(px *egressv1.Proxy) int32 {

@@ -243,14 +243,12 @@ const (
 
 func (r *Refusal) Error() string {
 	switch {
-	case r.Class == RefusedUnresolved:
-		return "destination is refused: " + r.Reason
 	case r.Addr.IsValid():
 		return fmt.Sprintf("destination %s is refused: %s", r.Addr, r.Reason)
-	case r.Class == RefusedScheme, r.Class == RefusedByRules:
-		return "destination is refused: " + r.Reason
+	case r.Class == RefusedPort:
+		return fmt.Sprintf("destination port %d is refused: %s", r.Port, r.Reason)
 	}
-	return fmt.Sprintf("destination port %d is refused: %s", r.Port, r.Reason)
+	return "destination is refused: " + r.Reason
 }
 
 // Decide is the policy's answer for one request: nil when it may go, a

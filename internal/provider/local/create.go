@@ -37,7 +37,7 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.Cre
 	if err := p.begin(ctx, provider.OpCreate); err != nil {
 		return provider.Instance{}, "", err
 	}
-	a, err := validateRequest(req, p.upstream.policy)
+	a, err := validateRequest(req, p.policy)
 	if err != nil {
 		return provider.Instance{}, "", err
 	}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
 // Type is the provider type name used in the providers config.
@@ -45,8 +46,10 @@ type Provider struct {
 	cidr   netip.Prefix
 	usable int
 
-	// upstream is the entry's destination policy, shared by every
-	// instance; its lookup and dial are test seams, nil in production.
+	// policy is the entry's destination policy; each instance narrows it
+	// to its Proxy's rules (parseACL).
+	policy *egress.Policy
+	// upstream's lookup and dial are test seams, nil in production.
 	upstream upstream
 
 	// fault is a test seam consulted at the start of every operation: a
@@ -103,7 +106,7 @@ func New(name string, cfg Config, opts provider.Options) (*Provider, error) {
 		opts:      opts,
 		cidr:      cidr,
 		usable:    usableAddresses(cidr),
-		upstream:  upstream{policy: cfg.Settings.Policy()},
+		policy:    cfg.Settings.Policy(),
 		instances: map[string]*instance{},
 		bound:     map[netip.Addr]*instance{},
 	}, nil

@@ -120,11 +120,9 @@ func (a *acl) String() string {
 	return strings.Join(s, ",")
 }
 
-// upstream is how a server reaches origins: the entry's destination
-// policy (each instance narrows it, in its acl) and, in tests, seams that
-// see every lookup and dial.
+// upstream is how a server reaches origins: in tests, seams that see
+// every lookup and dial. Where it may go is its acl's policy.
 type upstream struct {
-	policy *egress.Policy
 	// lookup resolves a host name; nil is the system resolver.
 	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 	// dial connects to an address the policy passed, from local when it is
@@ -167,8 +165,8 @@ type server struct {
 // newServer starts serving ln at once. onDone runs when the server has
 // finished draining after close.
 func newServer(ln net.Listener, a *acl, up upstream, logger logr.Logger, onDone func()) *server {
-	if up.policy == nil {
-		up.policy = egress.Default()
+	if a.policy == nil {
+		a.policy = egress.Default()
 	}
 	s := &server{ln: ln, up: up, log: logger, stopped: make(chan struct{}), finished: make(chan struct{}), onDone: onDone}
 	// The instance outlives the Create call that made it, so its requests

@@ -19,6 +19,10 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 		return provider.Instance{}, err
 	}
 	st := p.steps.Poll(name)
+	if st.Err != nil && !errors.Is(st.Err, provider.ErrTransient) {
+		// A permanent or quota failure is the answer, with its class.
+		return provider.Instance{}, st.Err
+	}
 	if ds := p.dels.Poll(name); ds.Err != nil {
 		// A failed delete step is the next call's error, so the reconciler
 		// calls Delete again instead of reading the VM as still there.
@@ -26,9 +30,9 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 	}
 	in, err := p.get(httpobserve.WithOp(ctx, provider.OpGet), vmid, name)
 	if st.Err != nil {
-		// The step's failure is the answer (once), unless the VM is no
-		// longer ours, gone or its name taken by another: then the step
-		// failed against what is not ours, and NotFound is the answer.
+		// A transient failure is the answer (once), unless the VM is gone
+		// or its name taken by another: the step failed against what is
+		// not ours any more, and NotFound says more.
 		if errors.Is(err, provider.ErrNotFound) {
 			return provider.Instance{}, err
 		}

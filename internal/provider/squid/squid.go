@@ -238,22 +238,18 @@ func writeRules(w func(string, ...any), rules []egress.Rule) []string {
 // them (".example.com" for a suffix), less those another entry covers:
 // Squid warns about, and ignores one of, two entries that nest.
 func dstdomains(r egress.Rule) []string {
-	covered := func(name string, self int) bool {
-		for i, s := range r.Suffixes {
-			if i != self && (name == s || strings.HasSuffix(name, "."+s)) && (self < 0 || name != s || i < self) {
-				return true
-			}
-		}
-		return false
+	// under: a suffix of the rule other than name itself holds name.
+	under := func(name string) bool {
+		return slices.ContainsFunc(r.Suffixes, func(s string) bool { return strings.HasSuffix(name, "."+s) })
 	}
 	var out []string
 	for _, n := range slices.Compact(slices.Sorted(slices.Values(r.Names))) {
-		if !covered(n, -1) {
+		if !slices.Contains(r.Suffixes, n) && !under(n) {
 			out = append(out, n)
 		}
 	}
-	for i, s := range r.Suffixes {
-		if !covered(s, i) {
+	for _, s := range slices.Compact(slices.Sorted(slices.Values(r.Suffixes))) {
+		if !under(s) {
 			out = append(out, "."+s)
 		}
 	}
