@@ -2,7 +2,8 @@
 # Builds the kubernetes provider's Squid image (make image-squid) from
 # Debian's squid package on this machine: only what Squid needs to run as
 # nonroot 65532:65532 on a read-only root, no shell, no squid.conf (the
-# provider mounts the one it generates at /etc/squid-operator, see
+# provider mounts the one it generates at /etc/squid-operator, and a
+# Proxy's clientAuth users at /etc/squid-users; see
 # internal/provider/kubernetes/pod.go and squid.go), labelled with the
 # package's version. Written as an OCI archive by hack/tools/imagebuild;
 # the same package versions and commit give the same digest.
@@ -43,8 +44,11 @@ spec=$work/spec
   # No such file" without it). pinger is left out: it needs CAP_NET_RAW,
   # which a restricted Pod drops.
   echo "file /usr/lib/squid/unlinkd 0755 0:0 /usr/lib/squid/unlinkd"
-  # Every library the two binaries load, at the path the loader looks in.
-  { ldd /usr/sbin/squid; ldd /usr/lib/squid/unlinkd; } | awk '$2=="=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u |
+  # The helper that checks a Proxy's clientAuth users against the mounted
+  # htpasswd file (bcrypt entries), started by Squid itself.
+  echo "file /usr/lib/squid/basic_ncsa_auth 0755 0:0 /usr/lib/squid/basic_ncsa_auth"
+  # Every library the binaries load, at the path the loader looks in.
+  { ldd /usr/sbin/squid; ldd /usr/lib/squid/unlinkd; ldd /usr/lib/squid/basic_ncsa_auth; } | awk '$2=="=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u |
     while read -r lib; do
       mode=0644; case "$lib" in */ld-linux*) mode=0755 ;; esac
       echo "file $lib $mode 0:0 $(readlink -f "$lib")"
@@ -62,9 +66,11 @@ spec=$work/spec
   echo "file /etc/passwd 0644 0:0 $work/passwd"
   echo "file /etc/group 0644 0:0 $work/group"
   echo "file /etc/hosts 0644 0:0 $work/hosts"
-  # Mount points of the Pod's volumes (the ConfigMap and five emptyDirs),
-  # owned by nonroot so the image also runs without them on a writable root.
+  # Mount points of the Pod's volumes (the ConfigMap, the users' Secret and
+  # five emptyDirs), owned by nonroot so the image also runs without them
+  # on a writable root.
   echo "dir /etc/squid-operator 0755 0:0"
+  echo "dir /etc/squid-users 0755 0:0"
   for d in /var/run/squid /var/spool/squid /var/cache/squid /var/log/squid; do
     echo "dir $d 0755 65532:65532"
   done

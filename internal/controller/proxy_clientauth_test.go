@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/crypto/bcrypt"
@@ -11,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth/clientauthtest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 )
 
@@ -95,4 +98,107 @@ func TestClientAuthFromSecret(t *testing.T) {
 		return p.Status.InstanceName != px.Status.InstanceName && readyReason(p) == "True/Running" && p.Status.RetiringProviderID == ""
 	})
 	checkNoLeak(d.get("web"))
+}
+
+// usersRecorder is a provider.UsersUpdater that keeps what it was given,
+// failing once when told to.
+type usersRecorder struct {
+	mu       sync.Mutex
+	calls    []string // instance ID, then the file, per call
+	failNext error
+}
+
+func (u *usersRecorder) UpdateUsers(_ context.Context, id string, users provider.Sensitive) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if err := u.failNext; err != nil {
+		u.failNext = nil
+		return err
+	}
+	u.calls = append(u.calls, id, users.Reveal())
+	return nil
+}
+
+func (u *usersRecorder) last() (id, users string, n int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.calls) == 0 {
+		return "", "", 0
+	}
+	return u.calls[len(u.calls)-2], u.calls[len(u.calls)-1], len(u.calls) / 2
+}
+
+// With a provider that rewrites users in place (provider.UsersUpdater), a
+// rotated Secret keeps the instance: its name stays, the new file reaches
+// the running instance through UpdateUsers, and a failed update says so in
+// Ready; adding clientAuth to a Proxy without it still replaces the
+// instance (its proxy must ask for users).
+func TestClientAuthRotatedInPlace(t *testing.T) {
+	entry, fp := fakeEntry("pods")
+	users := &usersRecorder{}
+	entry.Users = users
+	d := newDirect(t, &staticProviders{entries: map[string]*registry.Entry{"pods": entry}})
+	first := clientauthtest.File(t, "alice", "pw1")
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: d.ns, Name: "users"},
+		Data: map[string][]byte{"htpasswd": []byte(first)}}
+	if err := env.Client.Create(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy("web", "pods")
+	d.create(px)
+	px = d.reconcileUntil("web", 3, "Ready", hasReason("True/Running"))
+	plainName := px.Status.InstanceName
+
+	px.Spec.ClientAuth = &egressv1.ClientAuth{SecretRef: egressv1.HtpasswdSecretRef{Name: "users"}}
+	if err := env.Client.Update(context.Background(), px); err != nil {
+		t.Fatal(err)
+	}
+	px = d.reconcileUntil("web", 6, "replaced by an instance with users", func(p *egressv1.Proxy) bool {
+		return p.Status.InstanceName != plainName && readyReason(p) == "True/Running" && p.Status.RetiringProviderID == ""
+	})
+	withUsers := px.Status.InstanceName
+	if id, got, _ := users.last(); id != px.Status.ProviderID || got != first {
+		t.Fatalf("UpdateUsers got instance %q and %d bytes, want %q and the Secret's %d", id, len(got), px.Status.ProviderID, len(first))
+	}
+
+	second := clientauthtest.File(t, "alice", "pw2", "bob", "pw3")
+	sec.Data["htpasswd"] = []byte(second)
+	if err := env.Client.Update(context.Background(), sec); err != nil {
+		t.Fatal(err)
+	}
+	creates := len(fp.CreateRequests())
+	d.reconcile("web")
+	px = d.get("web")
+	if id, got, _ := users.last(); id != px.Status.ProviderID || got != second {
+		t.Errorf("after the rotation UpdateUsers got instance %q and %d bytes, want the running instance and the new %d", id, len(got), len(second))
+	}
+	if px.Status.InstanceName != withUsers || len(fp.CreateRequests()) != creates || readyReason(px) != "True/Running" {
+		t.Errorf("the rotation replaced or unsettled the instance: name %s (was %s), %d creates (was %d), Ready %s",
+			px.Status.InstanceName, withUsers, len(fp.CreateRequests()), creates, readyReason(px))
+	}
+
+	// A transient failure keeps a serving Proxy Ready (as any backend
+	// hiccup does) and the next pass tries again; a permanent one says so.
+	_, _, calls := users.last()
+	users.mu.Lock()
+	users.failNext = provider.Errorf(provider.ErrTransient, "backend busy")
+	users.mu.Unlock()
+	d.reconcile("web")
+	if px = d.get("web"); readyReason(px) != "True/Running" {
+		t.Errorf("a transient update failure: Ready = %s %q, want it kept", readyReason(px), conditionMessage(px))
+	}
+	d.reconcile("web")
+	if _, got, n := users.last(); n != calls+1 || got != second {
+		t.Errorf("after the transient failure: %d calls (was %d), want the retry with the new file", n, calls)
+	}
+	users.mu.Lock()
+	users.failNext = provider.Errorf(provider.ErrPermanent, "secret is not this installation's")
+	users.mu.Unlock()
+	d.reconcile("web")
+	if px = d.get("web"); readyReason(px) != "False/PermanentFailure" || !strings.Contains(conditionMessage(px), "not this installation's") {
+		t.Errorf("a permanent update failure: Ready = %s %q, want it said", readyReason(px), conditionMessage(px))
+	}
+	if px.Status.InstanceName != withUsers {
+		t.Errorf("instance %s after the failures, want %s kept", px.Status.InstanceName, withUsers)
+	}
 }

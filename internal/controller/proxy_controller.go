@@ -206,7 +206,7 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		r.report(px, observation{seen: secretUnresolved, err: err})
 		return ctrl.Result{RequeueAfter: r.transientBackoff.When(key(px))}
 	}
-	req := createRequest(px, cloudInit, users)
+	req := createRequest(px, cloudInit, users, entry.Users != nil)
 	if r.latched(ctx, px, entry, req.Name) {
 		// A permanent failure is not retried until what it was seen under
 		// changes; the status says what.
@@ -255,6 +255,9 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 	case provider.StateRunning:
 		if !serves(inst) {
 			break // a provider bug; wait like Provisioning
+		}
+		if err := r.updateUsers(ctx, entry, inst.ID, req.ClientAuth); err != nil {
+			return r.failed(ctx, entry, px, req, err)
 		}
 		r.running(px, inst)
 		// The instance the new one replaced goes now, in the same pass.
@@ -351,6 +354,19 @@ func (r *ProxyReconciler) running(px *egressv1.Proxy, inst provider.Instance) {
 	r.apply(px, cutover)
 	r.report(px, observation{seen: instanceSeen, inst: inst})
 	r.forget(key(px))
+}
+
+// updateUsers gives a running instance the Proxy's current clientAuth
+// users when its provider rewrites them in place (a read when it has
+// them); otherwise they are in the shape, and new users mean a new
+// instance.
+func (r *ProxyReconciler) updateUsers(ctx context.Context, entry *registry.Entry, id string, users provider.Sensitive) error {
+	if entry.Users == nil || users.Len() == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
+	defer cancel()
+	return entry.Users.UpdateUsers(ctx, id, users)
 }
 
 // jitter spreads d by up to a tenth either way, so that Proxies created

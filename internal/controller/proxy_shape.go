@@ -22,9 +22,14 @@ type shape struct {
 	// the secret itself and a changed Secret still reshapes the instance.
 	CloudInitSHA256 string `json:"cloudInitSHA256"`
 	// ClientAuthSHA256 stands for the clientAuth users, like the
-	// user-data: a changed Secret replaces the instance (make before
-	// break), never a user or a hash in the name. Omitted when empty.
+	// user-data, when the provider cannot give a running instance new
+	// users: a changed Secret replaces the instance (make before break),
+	// never a user or a hash in the name. Omitted when empty.
 	ClientAuthSHA256 string `json:"clientAuthSHA256,omitempty"`
+	// ClientAuth says the Proxy has users that its provider rewrites in
+	// place (provider.UsersUpdater): only having them at all shapes the
+	// instance (its proxy asks for them), so a rotation keeps it.
+	ClientAuth bool `json:"clientAuth,omitempty"`
 	// Destinations are rendered into the instance's proxy configuration.
 	// Omitted when empty, so a Proxy without rules keeps the name it had
 	// before the field existed.
@@ -32,18 +37,25 @@ type shape struct {
 }
 
 // shapeOf computes the shape hash of a Proxy's spec with its resolved
-// cloud-init. The order of allowedSourceRanges does not matter.
-func shapeOf(spec egressv1.ProxySpec, cloudInit, clientAuth provider.Sensitive) string {
+// cloud-init and clientAuth users; usersInPlace says the provider rewrites
+// the users of a running instance. The order of allowedSourceRanges does
+// not matter.
+func shapeOf(spec egressv1.ProxySpec, cloudInit, clientAuth provider.Sensitive, usersInPlace bool) string {
 	ranges := append([]string(nil), spec.AllowedSourceRanges...)
 	sort.Strings(ranges)
-	b, _ := json.Marshal(shape{
+	sh := shape{
 		Port:                spec.Port,
 		Placement:           placementOf(spec.Placement),
 		AllowedSourceRanges: ranges,
 		CloudInitSHA256:     sha256Hex(cloudInit),
-		ClientAuthSHA256:    sha256Hex(clientAuth),
 		Destinations:        destinationsOf(spec.Destinations),
-	})
+	}
+	if usersInPlace {
+		sh.ClientAuth = clientAuth.Len() > 0
+	} else {
+		sh.ClientAuthSHA256 = sha256Hex(clientAuth)
+	}
+	b, _ := json.Marshal(sh)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
@@ -74,8 +86,9 @@ func placementOf(p egressv1.Placement) provider.Placement {
 }
 
 // createRequest builds the provider request for a Proxy. It is pure: the
-// cloud-init and the clientAuth users are resolved by the caller.
-func createRequest(px *egressv1.Proxy, cloudInit, clientAuth provider.Sensitive) provider.CreateRequest {
+// cloud-init and the clientAuth users are resolved by the caller, who also
+// says whether the provider rewrites users in place (shapeOf).
+func createRequest(px *egressv1.Proxy, cloudInit, clientAuth provider.Sensitive, usersInPlace bool) provider.CreateRequest {
 	port := px.Spec.Port
 	if port == 0 {
 		port = defaultPort // the CRD defaults it; this covers objects made before the default existed
@@ -83,7 +96,7 @@ func createRequest(px *egressv1.Proxy, cloudInit, clientAuth provider.Sensitive)
 	spec := px.Spec
 	spec.Port = port
 	return provider.CreateRequest{
-		Name:                provider.InstanceName(px.Namespace, px.Name, string(px.UID), shapeOf(spec, cloudInit, clientAuth)),
+		Name:                provider.InstanceName(px.Namespace, px.Name, string(px.UID), shapeOf(spec, cloudInit, clientAuth, usersInPlace)),
 		Namespace:           px.Namespace,
 		ProxyName:           px.Name,
 		UID:                 string(px.UID),

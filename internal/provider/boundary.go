@@ -8,8 +8,8 @@ import (
 )
 
 // Bounded is a provider behind the method boundary, one wrapper for each
-// interface it implements: Checker, Secondary and Owned are nil when the
-// provider is not one. The pieces stay apart, as registry.Entry keeps them,
+// interface it implements: Checker, Secondary, Owned and Users are nil
+// when the provider is not one. The pieces stay apart, as registry.Entry keeps them,
 // so that nobody asserts an optional interface on Provider and no wrapper
 // exists for a combination of them.
 type Bounded struct {
@@ -17,6 +17,7 @@ type Bounded struct {
 	Checker   Checker
 	Secondary SecondaryLister
 	Owned     OwnerLister
+	Users     UsersUpdater
 }
 
 // WithBoundary puts p behind the one method boundary every provider call
@@ -25,7 +26,7 @@ type Bounded struct {
 //   - gives the call a ctx whose logger is ctx's own (the reconcile's values,
 //     the span's IDs), named after providerType and tagged provider=<name>
 //     and the call's key (name for Create, id for Get, Delete and
-//     DeleteSecondary, uid for the OwnerLister's calls): the provider logs
+//     DeleteSecondary and UpdateUsers, uid for the OwnerLister's calls): the provider logs
 //     its own detail with logr.FromContextOrDiscard(ctx);
 //   - ends a lifecycle or owner call whose ctx has already ended before it
 //     reaches the provider, with ctx's error (Transient), as every provider
@@ -52,6 +53,9 @@ func WithBoundary(name, providerType string, p Provider) Bounded {
 	}
 	if o, ok := p.(OwnerLister); ok {
 		b.Owned = ownerBoundary{configured: at, inner: o}
+	}
+	if u, ok := p.(UsersUpdater); ok {
+		b.Users = usersBoundary{configured: at, inner: u}
 	}
 	return b
 }
@@ -122,6 +126,10 @@ type (
 		configured
 		inner OwnerLister
 	}
+	usersBoundary struct {
+		configured
+		inner UsersUpdater
+	}
 )
 
 var (
@@ -129,6 +137,7 @@ var (
 	_ Checker         = checkBoundary{}
 	_ SecondaryLister = secondaryBoundary{}
 	_ OwnerLister     = ownerBoundary{}
+	_ UsersUpdater    = usersBoundary{}
 )
 
 // Unwrap returns the provider behind the boundary.
@@ -290,4 +299,12 @@ func (o ownerBoundary) ListOwnedSecondaries(ctx context.Context, uid string) ([]
 		return nil, c.end(err)
 	}
 	return list, c.end(nil, "secondaries", len(list))
+}
+
+func (u usersBoundary) UpdateUsers(ctx context.Context, id string, users Sensitive) error {
+	ctx, c, err := u.enter(ctx, OpUpdateUsers, "id", id)
+	if err != nil {
+		return err
+	}
+	return c.end(u.inner.UpdateUsers(ctx, id, users))
 }

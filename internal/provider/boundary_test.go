@@ -231,6 +231,11 @@ func (r *reached) ListOwnedSecondaries(context.Context, string) ([]provider.Seco
 	return nil, nil
 }
 
+func (r *reached) UpdateUsers(context.Context, string, provider.Sensitive) error {
+	r.calls = append(r.calls, provider.OpUpdateUsers)
+	return nil
+}
+
 // TestBoundaryEndsACallWhoseCtxHasEnded (issue 20): a lifecycle or owner
 // call whose ctx has already ended ends at the boundary, as every provider
 // ended it first thing: a Transient *provider.Error naming the configured
@@ -270,6 +275,7 @@ func TestBoundaryEndsACallWhoseCtxHasEnded(t *testing.T) {
 			{provider.OpList, func() error { _, err := b.Provider.ListByTag(ctx); return err }},
 			{provider.OpListOwnedInstances, func() error { _, err := b.Owned.ListOwnedInstances(ctx, "u1"); return err }},
 			{provider.OpListOwnedSecondaries, func() error { _, err := b.Owned.ListOwnedSecondaries(ctx, "u1"); return err }},
+			{provider.OpUpdateUsers, func() error { return b.Users.UpdateUsers(ctx, "vm/x", provider.Sensitive("alice:$2y$\n")) }},
 		} {
 			err := c.call()
 			var pe *provider.Error

@@ -64,7 +64,7 @@ func proxyFrom(ctx context.Context) proxyID {
 }
 
 // Decorate returns the registry decorator that gives every call of an
-// entry's Provider, Checker, Secondary and Owned one span (a child of the
+// entry's Provider, Checker, Secondary, Owned and Users one span (a child of the
 // span in ctx, with the span's IDs in ctx's logger) and one count and duration sample in
 // ProviderCalls and ProviderCallDuration. With a no-op tp (tracing off)
 // only the metrics are recorded.
@@ -88,6 +88,9 @@ func Decorate(tp trace.TracerProvider) registry.Decorator {
 		}
 		if e.Owned != nil {
 			e.Owned = &tracedOwner{inner: e.Owned, m: m}
+		}
+		if e.Users != nil {
+			e.Users = &tracedUsers{inner: e.Users, m: m}
 		}
 	}
 }
@@ -294,4 +297,18 @@ func (o *tracedOwner) ListOwnedSecondaries(ctx context.Context, uid string) ([]p
 	}
 	o.m.endErr(c, err)
 	return out, err
+}
+
+// tracedUsers is a UsersUpdater with a span and metrics around each call;
+// the span names the instance, never the users.
+type tracedUsers struct {
+	inner provider.UsersUpdater
+	m     *meter
+}
+
+func (u *tracedUsers) UpdateUsers(ctx context.Context, id string, users provider.Sensitive) error {
+	ctx, c := u.m.begin(ctx, provider.OpUpdateUsers, id, nil)
+	err := u.inner.UpdateUsers(ctx, id, users)
+	u.m.endErr(c, err)
+	return err
 }

@@ -15,12 +15,17 @@ import (
 // attack; the local proxy refuses it where Squid might admit it.
 const MaxPasswordBytes = 1024
 
-const (
-	// cacheSize and cacheTTL bound the cache of successful checks; the TTL
-	// plays the part of Squid's auth_param basic credentialsttl.
-	cacheSize = 1024
-	cacheTTL  = 5 * time.Minute
-)
+// CredentialsTTL is how long a checked user and password are taken
+// without checking again: local's cache and Squid's auth_param basic
+// credentialsttl (the squid package renders this value). It bounds how
+// long a removed user or an old password still works where the file was
+// replaced in place (a rotation on the kubernetes provider): Squid keeps
+// a user whose password it checked for this long, whatever the file says
+// since. One bcrypt compare per user and minute is cheap.
+const CredentialsTTL = time.Minute
+
+// cacheSize bounds the cache of successful checks.
+const cacheSize = 1024
 
 // compareHash is bcrypt.CompareHashAndPassword; tests count its calls.
 var compareHash = bcrypt.CompareHashAndPassword
@@ -120,7 +125,7 @@ type credentialCache struct {
 }
 
 func newCredentialCache() credentialCache {
-	return credentialCache{expires: map[[sha256.Size]byte]time.Time{}, max: cacheSize, ttl: cacheTTL}
+	return credentialCache{expires: map[[sha256.Size]byte]time.Time{}, max: cacheSize, ttl: CredentialsTTL}
 }
 
 func (c *credentialCache) hit(key [sha256.Size]byte, now time.Time) bool {

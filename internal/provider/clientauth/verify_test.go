@@ -82,7 +82,7 @@ func TestVerifyCachesSuccessesOnly(t *testing.T) {
 	step("alice", "wrong", false, 1)
 	step("alice", "wrong", false, 1) // failures are not cached
 	step("mallory", "pw", false, 1)  // unknown users cost a compare too
-	clock = clock.Add(cacheTTL - time.Second)
+	clock = clock.Add(CredentialsTTL - time.Second)
 	step("alice", "pw", true, 0)
 	clock = clock.Add(time.Second)
 	step("alice", "pw", true, 1) // expired, checked again
@@ -128,7 +128,7 @@ func TestCredentialCacheIsBounded(t *testing.T) {
 		t.Error("a recent entry was evicted")
 	}
 	// Once all have expired, adding one sweeps them out.
-	later := now.Add(cacheTTL + time.Hour)
+	later := now.Add(CredentialsTTL + time.Hour)
 	c.add(key(-1), later)
 	if n := c.len(); n != 1 {
 		t.Errorf("cache holds %d entries after everything expired, want 1", n)

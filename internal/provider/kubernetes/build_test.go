@@ -77,7 +77,7 @@ func TestResolveRejects(t *testing.T) {
 		{"empty name", func(r *provider.CreateRequest) { r.Name = "" }, "name is empty"},
 		{"bad name", func(r *provider.CreateRequest) { r.Name = "Bad_Name" }, "name"},
 		{"port", func(r *provider.CreateRequest) { r.Port = 0 }, "port 0"},
-		{"client auth, not carried yet", func(r *provider.CreateRequest) { r.ClientAuth = "alice:$2y$04$x\n" }, "clientAuth is not supported"},
+		{"client auth not bcrypt", func(r *provider.CreateRequest) { r.ClientAuth = "alice:{SHA}x\n" }, "clientAuth: line 1"},
 		{"range", func(r *provider.CreateRequest) { r.AllowedSourceRanges = []string{"10.0.0.1"} }, `allowedSourceRanges[0]: Invalid value: "10.0.0.1": must be a CIDR`},
 		{"range host bits", func(r *provider.CreateRequest) { r.AllowedSourceRanges = []string{"10.0.0.1/8"} }, "write 10.0.0.0/8"},
 		{"machine type", func(r *provider.CreateRequest) { r.Placement.MachineType = "huge" }, `"huge" is not in`},

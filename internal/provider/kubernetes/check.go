@@ -25,7 +25,7 @@ const checkTarget = "apiserver"
 // ConfigMaps) and delete.
 var (
 	neededVerbs     = []string{"get", "list", "create", "patch", "delete"}
-	neededResources = []groupResource{{"", "pods"}, {"", "services"}, {"", "configmaps"}, {"networking.k8s.io", "networkpolicies"}}
+	neededResources = []groupResource{{"", "pods"}, {"", "services"}, {"", "configmaps"}, {"", "secrets"}, {"networking.k8s.io", "networkpolicies"}}
 )
 
 // groupResource is a resource of an API group ("" is the core group).

@@ -16,7 +16,8 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
-// Create makes the instance's ConfigMap, NetworkPolicy, Pod and Service and returns as soon
+// Create makes the instance's ConfigMap, users' Secret (with clientAuth),
+// NetworkPolicy, Pod and Service and returns as soon
 // as the API server accepted them (the Pod reads Provisioning until the
 // kubelet reports it Ready), or adopts the Pod already under req.Name when
 // it is ours, making whichever of the ConfigMap and Service is missing.
@@ -100,13 +101,14 @@ func (p *Provider) adoptable(labels map[string]string, uid, kind string, s spec)
 		kind, instanceID(s.namespace, s.name), provider.AdoptionError(v, s.name))
 }
 
-// ensureSecondary makes the ConfigMap, NetworkPolicy and Service of a
+// ensureSecondary makes the ConfigMap, users' Secret (with clientAuth),
+// NetworkPolicy and Service of a
 // Pod (of an adopted one too, when a crash or a human removed them). They
 // need nothing of each other, so they are made at once: one round trip to
 // the API server for a Proxy's apply-to-Ready instead of three in turn. Of
 // several failures, the first in that order is returned.
 func (p *Provider) ensureSecondary(ctx context.Context, c clientset.Interface, s spec) error {
-	steps := [...]func(context.Context, clientset.Interface, spec) error{p.ensureConfigMap, p.ensureNetworkPolicy, p.ensureService}
+	steps := [...]func(context.Context, clientset.Interface, spec) error{p.ensureConfigMap, p.ensureSecret, p.ensureNetworkPolicy, p.ensureService}
 	var errs [len(steps)]error
 	var wg sync.WaitGroup
 	for i, step := range steps {

@@ -10,7 +10,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
-// Delete removes the instance's Pod and then its Service, ConfigMap and NetworkPolicy
+// Delete removes the instance's Pod and then its Service, ConfigMap, Secret and NetworkPolicy
 // (every kind in secondaryKinds) and returns once the API server accepted
 // the deletions; the Pod then terminates on its own (Get reads Terminated
 // until it is gone). An object that is gone, or that is not ours, counts as

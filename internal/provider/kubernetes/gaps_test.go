@@ -376,7 +376,7 @@ func TestGap_RBACOptional(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"pods", "services", "configmaps", "selfsubjectaccessreviews"} {
+	for _, want := range []string{"pods", "services", "configmaps", "secrets", "selfsubjectaccessreviews"} {
 		if !strings.Contains(string(role), want) {
 			t.Errorf("component role lacks %s", want)
 		}

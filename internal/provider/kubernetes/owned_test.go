@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth/clientauthtest"
 )
 
 // recordLists is a wire seam that records the label selector of every
@@ -21,7 +22,7 @@ type recordLists struct {
 func (r *recordLists) wrap(next http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		segs := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
-		if req.Method == http.MethodGet && slices.Contains([]string{"pods", "services", "configmaps", "networkpolicies"}, segs[len(segs)-1]) {
+		if req.Method == http.MethodGet && slices.Contains([]string{"pods", "services", "configmaps", "secrets", "networkpolicies"}, segs[len(segs)-1]) {
 			r.mu.Lock()
 			r.selectors = append(r.selectors, segs[len(segs)-1]+"?"+req.URL.Query().Get("labelSelector"))
 			r.mu.Unlock()
@@ -45,9 +46,10 @@ func TestOwnerListing(t *testing.T) {
 	b := boundary(raw)
 	p, ol := b.Provider, b.Owned
 	ctx := t.Context()
+	users := provider.Sensitive(clientauthtest.File(t, "alice", "pw")) // so every secondary kind exists
 	req := func(proxy, uid, shape string) provider.CreateRequest {
 		return provider.CreateRequest{Name: provider.InstanceName("team", proxy, uid, shape), Namespace: "team",
-			ProxyName: proxy, UID: uid, Port: 3128, AllowedSourceRanges: []string{"10.0.0.0/8"}}
+			ProxyName: proxy, UID: uid, Port: 3128, AllowedSourceRanges: []string{"10.0.0.0/8"}, ClientAuth: users}
 	}
 	// The Proxy being deleted has two instances (a replacement under way),
 	// another Proxy one, and another installation one with the same UID.

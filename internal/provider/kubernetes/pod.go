@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
@@ -77,9 +78,9 @@ func (p *Provider) resolve(req provider.CreateRequest) (spec, error) {
 	// Canonical ranges only: masking 10.0.0.1/8 would admit more than the
 	// author meant.
 	if req.ClientAuth.Len() > 0 {
-		// Refused rather than ignored: the Pod's Squid would admit clients
-		// by range alone. The Secret's mount into the Pod comes next.
-		problems = append(problems, "clientAuth is not supported by the kubernetes provider yet: the proxy would admit clients by allowedSourceRanges alone")
+		if _, err := clientauth.Parse([]byte(req.ClientAuth.Reveal())); err != nil {
+			problems = append(problems, "clientAuth: "+err.Error())
+		}
 	}
 	ranges, policy, errs := p.dest.ForRequest(req.AllowedSourceRanges, req.Destinations)
 	for _, e := range errs {
@@ -174,7 +175,7 @@ func ownerRef(s spec) (metav1.OwnerReference, bool) {
 func (p *Provider) buildConfigMap(s spec) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		ObjectMeta: p.meta(s),
-		Data:       map[string]string{confFile: podSquidConf(s.req.Port, s.ranges, s.policy)},
+		Data:       map[string]string{confFile: podSquidConf(s.req.Port, s.ranges, s.policy, s.req.ClientAuth.Len() > 0)},
 	}
 }
 
@@ -196,6 +197,20 @@ func (p *Provider) buildPod(s spec) *corev1.Pod {
 		}},
 	}}
 	mounts := []corev1.VolumeMount{{Name: configVolume, MountPath: confDir, ReadOnly: true}}
+	var fsGroup *int64
+	if s.req.ClientAuth.Len() > 0 {
+		// Readable by Squid's group only (fsGroup): the hashes are not for
+		// other readers in the Pod, and not optional: without them the Pod
+		// waits rather than admit clients by range alone.
+		volumes = append(volumes, corev1.Volume{
+			Name: usersVolume,
+			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: s.name, DefaultMode: ptr.To[int32](0o440), Optional: ptr.To(false),
+			}},
+		})
+		mounts = append(mounts, corev1.VolumeMount{Name: usersVolume, MountPath: usersDir, ReadOnly: true})
+		fsGroup = ptr.To(uid)
+	}
 	for _, v := range scratch {
 		volumes = append(volumes, corev1.Volume{
 			Name:         v.name,
@@ -215,6 +230,7 @@ func (p *Provider) buildPod(s spec) *corev1.Pod {
 				RunAsNonRoot:   ptr.To(true),
 				RunAsUser:      ptr.To(uid),
 				RunAsGroup:     ptr.To(uid),
+				FSGroup:        fsGroup,
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
 			Affinity: nodeAffinity(s.req.Placement),

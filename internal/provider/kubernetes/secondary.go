@@ -96,6 +96,12 @@ var secondaryKinds = []objectKind{
 			return c.CoreV1().ConfigMaps(ns)
 		},
 		func(l *corev1.ConfigMapList) ([]corev1.ConfigMap, string) { return l.Items, l.Continue }),
+	// Only a Proxy with clientAuth has one.
+	kindOf[corev1.Secret]("secret",
+		func(c clientset.Interface, ns string) typedClient[corev1.Secret, corev1.SecretList] {
+			return c.CoreV1().Secrets(ns)
+		},
+		func(l *corev1.SecretList) ([]corev1.Secret, string) { return l.Items, l.Continue }),
 	// Last: the Pod it fences is already going (and Squid's own ACL admits
 	// the same ranges while it shuts down).
 	kindOf[networkingv1.NetworkPolicy]("networkpolicy",
@@ -169,7 +175,8 @@ func (p *Provider) listOurs(ctx context.Context, c clientset.Interface, k object
 	}
 }
 
-// ListSecondary returns this installation's Services and ConfigMaps (every
+// ListSecondary returns this installation's Services, ConfigMaps, Secrets
+// and NetworkPolicies (every
 // kind in secondaryKinds), sorted by ID, each with its marks, its instance
 // (the object's name: every object of an instance is named after it) and
 // InstanceGone when no Pod of that name exists. The secondaries are listed

@@ -15,6 +15,7 @@ import (
 	clientset "k8s.io/client-go/kubernetes"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth/clientauthtest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/providertest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
@@ -55,6 +56,8 @@ func exists(t *testing.T, cs clientset.Interface, kind, ns, name string) bool {
 		_, err = cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 	case "configmap":
 		_, err = cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	case "secret":
+		_, err = cs.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 	default:
 		t.Fatalf("no kind %q", kind)
 	}
@@ -220,7 +223,7 @@ func TestSecondaryResourcesWithoutPod(t *testing.T) {
 	if !exists(t, cs, "configmap", ns, crashed.Name) {
 		t.Error("a stale secondary ID deleted the recreated ConfigMap")
 	}
-	for _, bad := range []string{"", "configmap", "pod/" + ns + "/" + live.Name + "/u", "secret/" + ns + "/x/u", "configmap/" + ns + "/" + live.Name, liveInst.ID} {
+	for _, bad := range []string{"", "configmap", "pod/" + ns + "/" + live.Name + "/u", "deployment/" + ns + "/x/u", "configmap/" + ns + "/" + live.Name, liveInst.ID} {
 		err := sl.DeleteSecondary(ctx, bad)
 		var pe *provider.Error
 		if !errors.Is(err, provider.ErrPermanent) || !errors.As(err, &pe) || pe.Provider != testProviderName || pe.Op != provider.OpDeleteSecondary {
@@ -242,8 +245,10 @@ func TestDeleteRemovesEverySecondaryKind(t *testing.T) {
 	b := boundary(newAPIProvider(t, "secondary-delete", Config{Namespace: ns}, nil))
 	p := b.Provider
 	ctx := t.Context()
+	// With users, so that every kind is made.
 	inst, err := p.Create(ctx, provider.CreateRequest{Name: provider.InstanceName("team", "web", "uid-web", "s1"),
-		Namespace: "team", ProxyName: "web", UID: "uid-web", Port: 3128})
+		Namespace: "team", ProxyName: "web", UID: "uid-web", Port: 3128,
+		ClientAuth: provider.Sensitive(clientauthtest.File(t, "alice", "pw"))})
 	if err != nil {
 		t.Fatal(err)
 	}

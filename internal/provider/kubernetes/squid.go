@@ -20,9 +20,15 @@ const (
 )
 
 // podSquidConf is the Pod's squid.conf: the shared generator with the
-// Pod's paths, the admitted ranges and the entry's destination policy.
-func podSquidConf(port int32, ranges []netip.Prefix, dest *egress.Policy) string {
+// Pod's paths, the admitted ranges, the entry's destination policy and,
+// with users, the mounted htpasswd file.
+func podSquidConf(port int32, ranges []netip.Prefix, dest *egress.Policy, users bool) string {
+	var auth *squid.Auth
+	if users {
+		auth = &squid.Auth{PasswordFile: usersDir + "/" + usersKey}
+	}
 	return squid.Config(squid.Params{
+		Auth:         auth,
 		Generator:    "egress-proxies-operator (kubernetes provider)",
 		Port:         port,
 		Clients:      ranges,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth/clientauthtest"
 )
 
 // livenessLimit bounds how long a call with an ended ctx may take to return.
@@ -521,6 +522,61 @@ func (e *env) expectCheckEnds(ctx context.Context, why string) {
 // default: see captureGlobalLogs). The base64 form is checked too, since
 // backends take user-data encoded.
 func testCloudInitNeverLeaks(t *testing.T, h Harness) {
+	sentinel := "SENTINEL-cloudinit-" + randHex(t)
+	testSecretNeverLeaks(t, h, func(req provider.CreateRequest) provider.CreateRequest {
+		ci := req.CloudInit.Reveal()
+		if ci == "" {
+			ci = "#cloud-config\n"
+		}
+		req.CloudInit = provider.Sensitive(ci + "# " + sentinel + "\n")
+		return req
+	}, func(req provider.CreateRequest) map[string]string {
+		return map[string]string{
+			"the sentinel":         sentinel,
+			"the base64 user-data": base64.StdEncoding.EncodeToString([]byte(req.CloudInit.Reveal())),
+		}
+	})
+}
+
+// Rule: the clientAuth users (an htpasswd file: user names and bcrypt
+// hashes) never reach an error or a log line, on the same paths as
+// cloud-init, and UpdateUsers' when the provider rotates users in place.
+// The request brings no cloud-init of its own, as a Proxy with clientAuth
+// must not.
+func testClientAuthNeverLeaks(t *testing.T, h Harness) {
+	user := "SENTINELuser" + randHex(t)
+	var file, rotated string
+	testSecretNeverLeaks(t, h, func(req provider.CreateRequest) provider.CreateRequest {
+		if file == "" {
+			file = clientauthtest.Line(t, user, "SENTINELpw-"+randHex(t))
+			rotated = clientauthtest.Line(t, user, "SENTINELpw2-"+randHex(t))
+		}
+		req.CloudInit = ""
+		req.ClientAuth = provider.Sensitive(file)
+		return req
+	}, func(provider.CreateRequest) map[string]string {
+		return map[string]string{
+			"the user":         user,
+			"SENTINELpw":       "SENTINELpw",
+			"the hash":         strings.TrimSpace(strings.SplitN(file, ":", 2)[1]),
+			"the rotated hash": strings.TrimSpace(strings.SplitN(rotated, ":", 2)[1]),
+			"the base64 file":  base64.StdEncoding.EncodeToString([]byte(file)),
+		}
+	}, func(e *env, inst provider.Instance, note func(string, error)) {
+		if e.bound.Users == nil {
+			return
+		}
+		note("UpdateUsers", e.bound.Users.UpdateUsers(e.ctx, inst.ID, provider.Sensitive(rotated)))
+		note("UpdateUsers of a malformed file", e.bound.Users.UpdateUsers(e.ctx, inst.ID, provider.Sensitive(user+":"+user+"\n")))
+		note("UpdateUsers of a gone instance", e.bound.Users.UpdateUsers(e.ctx, inst.ID+"x", provider.Sensitive(rotated)))
+	})
+}
+
+// testSecretNeverLeaks is the body of the secret cases: withSecret puts
+// the secret into a request, needles says what must never be seen, and
+// more runs the case's own calls against the instance made.
+func testSecretNeverLeaks(t *testing.T, h Harness, withSecret func(provider.CreateRequest) provider.CreateRequest,
+	needles func(provider.CreateRequest) map[string]string, more ...func(e *env, inst provider.Instance, note func(string, error))) {
 	e := newEnv(t, h)
 	globals := captureGlobalLogs(t)
 	t.Cleanup(func() {
@@ -528,16 +584,7 @@ func testCloudInitNeverLeaks(t *testing.T, h Harness) {
 			t.Logf("global loggers during this case:\n%s", globals.String())
 		}
 	})
-	sentinel := "SENTINEL-cloudinit-" + randHex(t)
-	request := func(proxyName string) provider.CreateRequest {
-		req := e.request(proxyName)
-		ci := req.CloudInit.Reveal()
-		if ci == "" {
-			ci = "#cloud-config\n"
-		}
-		req.CloudInit = provider.Sensitive(ci + "# " + sentinel + "\n")
-		return req
-	}
+	request := func(proxyName string) provider.CreateRequest { return withSecret(e.request(proxyName)) }
 	var texts []string // every error and result text the provider produced
 	note := func(what string, err error) {
 		if err != nil {
@@ -556,11 +603,7 @@ func testCloudInitNeverLeaks(t *testing.T, h Harness) {
 		if logs == "" {
 			t.Log("the provider logged nothing; only its errors were checked")
 		}
-		needles := map[string]string{
-			"the sentinel":         sentinel,
-			"the base64 user-data": base64.StdEncoding.EncodeToString([]byte(req.CloudInit.Reveal())),
-		}
-		for what, needle := range needles {
+		for what, needle := range needles(req) {
 			for _, text := range texts {
 				if strings.Contains(text, needle) {
 					t.Errorf("%s leaked into an error or result: %s", what, text)
@@ -597,6 +640,9 @@ func testCloudInitNeverLeaks(t *testing.T, h Harness) {
 	_, err = e.create(cancelled, request("leak-cancelled"))
 	expectFailure("Create with a cancelled ctx", err)
 
+	for _, m := range more {
+		m(e, inst, note)
+	}
 	for _, op := range []string{provider.OpGet, provider.OpList, provider.OpDelete} {
 		e.b.FailNext(t, op, provider.ErrTransient)
 		expectFailure(op+" after FailNext(Transient)", e.call(e.ctx, op, inst.ID, req))

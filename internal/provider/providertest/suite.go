@@ -30,6 +30,7 @@ var cases = []testCase{
 	{"ErrorsCarryConfiguredName", testErrorsCarryConfiguredName},
 	{"CancelledContextEndsEveryCall", testCancelledContextEndsEveryCall},
 	{"CloudInitNeverLeaks", testCloudInitNeverLeaks},
+	{"ClientAuthNeverLeaks", testClientAuthNeverLeaks},
 	{"SecondaryWithoutInstanceIsCollectable", testSecondaryWithoutInstanceIsCollectable},
 	{"SlowCreateReturnsWithinBound", testSlowCreateReturnsWithinBound},
 	{"BackgroundResultReachesNextCall", testBackgroundResultReachesNextCall},

@@ -54,6 +54,7 @@ var mutants = []struct {
 	{"logs-cloud-init-klog", "CloudInitNeverLeaks"},
 	{"logs-cloud-init-std-log", "CloudInitNeverLeaks"},
 	{"logs-cloud-init-slog", "CloudInitNeverLeaks"},
+	{"logs-users", "ClientAuthNeverLeaks"},
 	// Secondary resources (suite_secondary_test.go).
 	{"secondary-live-as-orphan", "SecondaryWithoutInstanceIsCollectable"},
 	{"secondary-never-listed", "SecondaryWithoutInstanceIsCollectable"},
@@ -230,6 +231,8 @@ func (m *mutant) Create(ctx context.Context, req provider.CreateRequest) (provid
 		log.Printf("user-data: %s", req.CloudInit.Reveal())
 	case "logs-cloud-init-slog":
 		slog.Debug("user-data", "cloudInit", req.CloudInit.Reveal())
+	case "logs-users":
+		logr.FromContextOrDiscard(ctx).V(4).Info("request", "clientAuth", req.ClientAuth.Reveal())
 	case "keeps-stopped":
 		inst, err := m.Provider.Create(ctx, req)
 		if exists && found.State == provider.StateStopped && err == nil {

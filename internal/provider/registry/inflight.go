@@ -140,3 +140,15 @@ func (c *countedOwner) ListOwnedSecondaries(ctx context.Context, uid string) ([]
 	defer c.calls.exit()
 	return c.inner.ListOwnedSecondaries(ctx, uid)
 }
+
+// countedUsers counts each users update in flight.
+type countedUsers struct {
+	inner provider.UsersUpdater
+	calls *inflight
+}
+
+func (c *countedUsers) UpdateUsers(ctx context.Context, id string, users provider.Sensitive) error {
+	c.calls.enter()
+	defer c.calls.exit()
+	return c.inner.UpdateUsers(ctx, id, users)
+}

@@ -36,7 +36,7 @@ type Entry struct {
 	Type string
 	// Provider is the decorated provider: the decorators around the
 	// in-flight count around the method boundary around the provider.
-	// Checker, Secondary and Owned have the same layers, each its own: the
+	// Checker, Secondary, Owned and Users have the same layers, each its own: the
 	// optional interfaces are read here, never asserted on Provider.
 	Provider provider.Provider
 	// Checker is nil when the provider cannot check its backend.
@@ -48,6 +48,10 @@ type Entry struct {
 	// Owned is nil when the provider cannot list one Proxy's objects by
 	// its UID (provider.OwnerLister); a Proxy's deletion pass uses it.
 	Owned provider.OwnerLister
+	// Users is nil when the provider cannot give a running instance new
+	// clientAuth users in place (provider.UsersUpdater); the reconciler
+	// then replaces the instance when they change.
+	Users provider.UsersUpdater
 	// PollInterval comes from the type.
 	PollInterval time.Duration
 	// Revision changes whenever the entry is rebuilt with other settings,
@@ -60,7 +64,7 @@ type Entry struct {
 	calls *inflight
 }
 
-// Decorator wraps an entry's Provider, Checker, Secondary and Owned
+// Decorator wraps an entry's Provider, Checker, Secondary, Owned and Users
 // (spans, metrics), each on its own. It is applied once per entry when the entry is built, so
 // provider code never repeats cross-cutting concerns.
 type Decorator func(e *Entry)
@@ -230,7 +234,7 @@ func (r *Registry) parse(entries []config.Entry) ([]parsed, error) {
 }
 
 // build makes the entry's provider and wraps each of its pieces (the
-// Provider, and the Checker, Secondary and Owned it may have), innermost
+// Provider, and the Checker, Secondary, Owned and Users it may have), innermost
 // first: the method boundary, the in-flight count, then the decorators.
 func (r *Registry) build(name, typ string, settings any) (*Entry, error) {
 	t := r.types[typ]
@@ -252,6 +256,9 @@ func (r *Registry) build(name, typ string, settings any) (*Entry, error) {
 	}
 	if b.Owned != nil {
 		e.Owned = &countedOwner{inner: b.Owned, calls: e.calls}
+	}
+	if b.Users != nil {
+		e.Users = &countedUsers{inner: b.Users, calls: e.calls}
 	}
 	for _, d := range r.decorators {
 		d(e)

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
@@ -113,7 +114,7 @@ func Config(sp Params) string {
 		w("auth_param basic children 5 startup=1 idle=1")
 		w("auth_param basic realm %s", clientauth.Realm)
 		w("auth_param basic casesensitive on")
-		w("auth_param basic credentialsttl 5 minutes")
+		w("auth_param basic credentialsttl %d seconds", int(clientauth.CredentialsTTL/time.Second))
 		w("acl authenticated proxy_auth REQUIRED")
 	}
 	w("acl connect_ports port %s", joinPorts(dest.ConnectPorts()))

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth/clientauthtest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/kubernetes"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
@@ -85,21 +86,25 @@ func TestSquidImageRunsTheProvidersPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := "squid-image"
+	// With users, so the image's basic_ncsa_auth checks them against the
+	// mounted Secret, and reads it again when it is rotated in place.
 	if _, err := p.Create(ctx, provider.CreateRequest{
 		Name: name, Namespace: ns, ProxyName: name, UID: "8d4a3c5e-0000-4000-8000-000000000001",
 		Port: port, AllowedSourceRanges: []string{"127.0.0.1/32"},
+		ClientAuth: provider.Sensitive(clientauthtest.File(t, "alice", "first password")),
 	}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	var pod corev1.Pod
 	var cm corev1.ConfigMap
+	var users corev1.Secret
 	key := client.ObjectKey{Namespace: ns, Name: name}
-	if err := env.Client.Get(ctx, key, &pod); err != nil {
-		t.Fatal(err)
+	for _, obj := range []client.Object{&pod, &cm, &users} {
+		if err := env.Client.Get(ctx, key, obj); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := env.Client.Get(ctx, key, &cm); err != nil {
-		t.Fatal(err)
-	}
+	var usersDir *secretVolume
 	c := pod.Spec.Containers[0]
 	sc := c.SecurityContext
 	if c.Image != ref || sc == nil || !ptr.Deref(sc.ReadOnlyRootFilesystem, false) || ptr.Deref(sc.RunAsUser, 0) != nonroot {
@@ -126,6 +131,10 @@ func TestSquidImageRunsTheProvidersPod(t *testing.T) {
 				}
 			}
 			args = append(args, "--mount", "type=bind,src="+dir+",dst="+m.MountPath+",options=rbind:ro")
+		case v.Secret != nil && v.Secret.SecretName == users.Name && m.ReadOnly:
+			usersDir = newSecretVolume(t, *v.Secret.DefaultMode, ptr.Deref(pod.Spec.SecurityContext.FSGroup, 0))
+			usersDir.write(t, users.Data)
+			args = append(args, "--mount", "type=bind,src="+usersDir.dir+",dst="+m.MountPath+",options=rbind:ro")
 		case v.EmptyDir != nil:
 			// The kubelet bind-mounts a fresh 0777 directory. (Not a tmpfs:
 			// runc gives a tmpfs the mode of the directory it covers, and
@@ -136,7 +145,7 @@ func TestSquidImageRunsTheProvidersPod(t *testing.T) {
 			}
 			args = append(args, "--mount", "type=bind,src="+dir+",dst="+m.MountPath+",options=rbind:rw:nosuid:nodev")
 		default:
-			t.Fatalf("volume mount %+v of volume %+v: the check knows a read-only ConfigMap and emptyDirs only", m, v)
+			t.Fatalf("volume mount %+v of volume %+v: the check knows a read-only ConfigMap and Secret and emptyDirs only", m, v)
 		}
 	}
 	container := fmt.Sprintf("squid-image-check-%d", os.Getpid())
@@ -210,9 +219,21 @@ func TestSquidImageRunsTheProvidersPod(t *testing.T) {
 
 	// A page through the proxy, and a refused destination with Squid's own
 	// error page (the image's templates).
-	proxyURL := &url.URL{Scheme: "http", Host: addr}
-	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 30 * time.Second}
+	proxyClient := func(user, password string) *http.Client {
+		proxyURL := &url.URL{Scheme: "http", Host: addr}
+		if user != "" {
+			proxyURL.User = url.UserPassword(user, password)
+		}
+		return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 30 * time.Second}
+	}
+	hc := proxyClient("alice", "first password")
 	origin, hits := testenv.CountingOrigin(t, "127.0.0.1", "through the squid image\n", false)
+	if code, _ := get(t, proxyClient("", ""), origin.URL+"/"); code != http.StatusProxyAuthRequired || hits.Load() != 0 {
+		t.Errorf("GET without credentials: %d, origin hit %d times; want 407 and no hit", code, hits.Load())
+	}
+	if code, _ := get(t, proxyClient("alice", "wrong"), origin.URL+"/"); code != http.StatusProxyAuthRequired || hits.Load() != 0 {
+		t.Errorf("GET with a wrong password: %d, origin hit %d times; want 407 and no hit", code, hits.Load())
+	}
 	status200, body := get(t, hc, origin.URL+"/index.html")
 	if status200 != http.StatusOK || body != "through the squid image\n" || hits.Load() != 1 {
 		t.Errorf("GET through squid: %d %q, origin hit %d times; want 200, the page, 1; output:\n%s", status200, body, hits.Load(), out.String())
@@ -222,11 +243,83 @@ func TestSquidImageRunsTheProvidersPod(t *testing.T) {
 	if code != http.StatusForbidden || !strings.Contains(body, "ERR_ACCESS_DENIED") || deniedHits.Load() != 0 {
 		t.Errorf("GET of a denied destination: %d, origin hit %d times, body:\n%s\nwant 403 with Squid's ERR_ACCESS_DENIED page and no hit", code, deniedHits.Load(), body)
 	}
+
+	// A rotation as the kubelet writes it (the ..data link swapped over a
+	// new directory): Squid keeps running, and its helper reads the new
+	// file on the next check of a password it has not seen.
+	usersDir.write(t, map[string][]byte{"htpasswd": []byte(clientauthtest.File(t, "alice", "second password", "bob", "bob's password"))})
+	before := hits.Load()
+	for _, c := range []struct{ user, password string }{{"bob", "bob's password"}, {"alice", "second password"}} {
+		testenv.Eventually(t, c.user+"'s new password admitted after the rotation", func() bool {
+			code, _ := get(t, proxyClient(c.user, c.password), origin.URL+"/")
+			return code == http.StatusOK
+		})
+	}
+	if hits.Load() != before+2 {
+		t.Errorf("origin hit %d times after the rotation, want 2", hits.Load()-before)
+	}
+	if pid2 := taskPID(t, sock, container); pid2 != pid {
+		t.Errorf("squid's process changed (%d, was %d): the rotation restarted it", pid2, pid)
+	}
+
 	testenv.Eventually(t, "both requests in squid's access log on stdout", func() bool {
 		s := out.String()
 		return strings.Contains(s, "TCP_MISS/200") && strings.Contains(s, "TCP_DENIED/403")
 	})
 	t.Logf("squid output:\n%s", out.String())
+}
+
+// secretVolume is a Secret volume laid out as the kubelet's atomic writer
+// does: the files in a timestamped directory, ..data linking to it, and
+// each key a link through ..data; a rotation writes a new directory and
+// renames a new ..data link over the old one. Files get the volume's mode
+// and the Pod's fsGroup, as the kubelet gives them.
+type secretVolume struct {
+	dir          string
+	mode         os.FileMode
+	gid, version int
+}
+
+func newSecretVolume(t *testing.T, mode int32, fsGroup int64) *secretVolume {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &secretVolume{dir: dir, mode: os.FileMode(mode), gid: int(fsGroup)}
+}
+
+func (v *secretVolume) write(t *testing.T, data map[string][]byte) {
+	t.Helper()
+	v.version++
+	ts := fmt.Sprintf("..2026_12_02_00_00_%02d.%d", v.version, os.Getpid())
+	if err := os.Mkdir(filepath.Join(v.dir, ts), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for k, b := range data {
+		f := filepath.Join(v.dir, ts, k)
+		if err := os.WriteFile(f, b, v.mode); err != nil {
+			t.Fatal(err)
+		}
+		// WriteFile's mode passes through the umask; the kubelet's does not.
+		if err := os.Chmod(f, v.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(f, 0, v.gid); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(filepath.Join(v.dir, k)); os.IsNotExist(err) {
+			if err := os.Symlink(filepath.Join("..data", k), filepath.Join(v.dir, k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tmp := filepath.Join(v.dir, "..data_tmp")
+	if err := os.Symlink(ts, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(v.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func get(t *testing.T, hc *http.Client, u string) (int, string) {
