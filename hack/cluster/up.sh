@@ -289,8 +289,10 @@ for h in /sys/fs/cgroup/*/; do
     cat "${h}cpuset.mems" >"$h$cgroup_root/cpuset.mems"
   fi
 done
-# Pods resolve nothing: their resolv.conf points at their own loopback.
-echo "nameserver 127.0.0.1" >"$state/resolv.conf"
+# Pods resolve nothing unless a test serves DNS on the node's bridge
+# address (test/e2e's PartnerAPISample does, for its own names): nothing
+# else listens there, and nothing forwards a query anywhere.
+echo "nameserver $node_ip" >"$state/resolv.conf"
 cat >"$state/kubelet/config.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration

@@ -5,7 +5,9 @@
 // E2E_KUBECONFIG set. Without it every test skips, so `make test` skips it.
 //
 // The cluster runs no kube-proxy and no DNS: Pods are addressed by Pod IP
-// (the Proxy's status.ip), never by Service name.
+// (the Proxy's status.ip), never by Service name. The Pods' resolv.conf
+// names the node's bridge address, where a test that needs names serves
+// its own (PartnerAPISample); otherwise nothing answers there.
 package e2e
 
 import (
@@ -92,6 +94,7 @@ func TestE2E(t *testing.T) {
 	t.Run("ProxyReady", cl.testProxyReady)
 	t.Run("Tracing", cl.testTracing)
 	t.Run("FetchThroughSquid", cl.testFetchThroughSquid)
+	t.Run("PartnerAPISample", cl.testPartnerAPISample)
 	t.Run("SquidPodRestricted", cl.testSquidPodRestricted)
 	t.Run("DeleteRemovesObjects", cl.testDeleteRemovesObjects)
 	t.Run("FinalizerBypassGarbageCollected", cl.testFinalizerBypass)
