@@ -49,6 +49,7 @@ import (
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -262,8 +263,9 @@ func (cl *cluster) testFetchThroughSquid(t *testing.T) {
 	}
 	t.Logf("refused client got 403 Forbidden from Squid at %s (Squid's ACL: no NetworkPolicy enforcement on this CNI)", squid)
 
-	// Squid's access log (stdout, through kubectl logs) names both: the
-	// 403 is Squid's own refusal (TCP_DENIED), not the origin's.
+	// Squid's access log (stdout, through kubectl logs, one JSON line per
+	// request) names both: the 403 is Squid's own refusal of the client,
+	// not the origin's.
 	pod := cl.instanceObjects(t, p).pods[0]
 	var squidLog string
 	testenv.EventuallyNil(t, "Squid's access log has both requests", func() error {
@@ -271,9 +273,16 @@ func (cl *cluster) testFetchThroughSquid(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for _, want := range []string{allowed.Status.PodIP + " TCP_MISS/200", refused.Status.PodIP + " TCP_DENIED/403"} {
-			if !strings.Contains(logs, want) {
-				return fmt.Errorf("no %q in:\n%s", want, logs)
+		lines, err := squidtest.AccessLines(logs)
+		if err != nil {
+			return err
+		}
+		for _, want := range []map[string]string{
+			{"client": allowed.Status.PodIP, "status": "200", "decision": "allowed", "rule": "entry"},
+			{"client": refused.Status.PodIP, "status": "403", "decision": "refused", "rule": "client-ranges"},
+		} {
+			if _, ok := squidtest.FindAccess(lines, want); !ok {
+				return fmt.Errorf("no access line with %v in:\n%s", want, logs)
 			}
 		}
 		squidLog = logs

@@ -17,6 +17,7 @@ import (
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth/clientauthtest"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/dnstest"
 )
@@ -128,36 +129,46 @@ func (cl *cluster) testPartnerAPISample(t *testing.T) {
 		t.Errorf("Squid never asked the test's DNS server for %s", domain)
 	}
 
-	// Squid's access log (stdout, kubectl logs): one line per request,
-	// with the user where one was admitted.
+	// Squid's access log (stdout, kubectl logs): one JSON line per
+	// request, with the user once admitted and what decided.
 	clientIP := clientPod.Status.PodIP
 	testenv.EventuallyNil(t, "Squid's access log has each request", func() error {
 		logs, err := cl.kubectlOut(t, "-n", pod.Namespace, "logs", pod.Name)
 		if err != nil {
 			return err
 		}
-		var lines []string
-		for _, want := range [][]string{
-			{clientIP, "TCP_MISS/200", "http://" + domain, " alice "},
-			{clientIP, "TCP_MISS/200", "http://" + domain, " bob "},
-			{clientIP, "TCP_DENIED/403", "http://other.partner.example", " alice "},
-			{clientIP, "TCP_DENIED/407", "http://" + domain},
+		lines, err := squidtest.AccessLines(logs)
+		if err != nil {
+			return err
+		}
+		var found []string
+		for _, want := range []map[string]string{
+			{"client": clientIP, "user": "alice", "host": domain, "status": "200", "decision": "allowed", "rule": "destinations[0]"},
+			{"client": clientIP, "user": "bob", "host": domain, "status": "200", "decision": "allowed", "rule": "destinations[0]"},
+			{"client": clientIP, "user": "alice", "host": "other.partner.example", "status": "403", "decision": "refused", "rule": "destinations"},
+			{"client": clientIP, "user": "-", "host": domain, "status": "407", "decision": "refused", "rule": "client-auth"},
 		} {
-			line := lineWith(logs, want...)
-			if line == "" {
-				return fmt.Errorf("no line with %q in:\n%s", want, logs)
+			line, ok := squidtest.FindAccess(lines, want)
+			if !ok {
+				return fmt.Errorf("no access line with %v in:\n%s", want, logs)
 			}
-			lines = append(lines, line)
+			found = append(found, fmt.Sprint(line))
 		}
-		if n := strings.Count(logs, "TCP_DENIED/407"); n < 2 {
-			return fmt.Errorf("%d TCP_DENIED/407 lines, want one per refused request (2):\n%s", n, logs)
+		refusedAuth := 0
+		for _, l := range lines {
+			if l["status"] == "407" {
+				refusedAuth++
+			}
 		}
-		for _, leak := range []string{samplePasswords["alice"], samplePasswords["bob"], "not the password", "$2y$"} {
+		if refusedAuth < 2 {
+			return fmt.Errorf("%d lines of 407, want one per refused request (2):\n%s", refusedAuth, logs)
+		}
+		for _, leak := range []string{samplePasswords["alice"], samplePasswords["bob"], "not the password", "$2y$", "index.html"} {
 			if strings.Contains(logs, leak) {
 				t.Errorf("Squid's log holds %q", leak)
 			}
 		}
-		t.Logf("access log lines:\n%s", strings.Join(lines, "\n"))
+		t.Logf("access log lines:\n%s", strings.Join(found, "\n"))
 		return nil
 	})
 
@@ -194,18 +205,4 @@ func (cl *cluster) testPartnerAPISample(t *testing.T) {
 	if out := fetch("alice", samplePasswords["alice"], domain); !strings.Contains(out, token) {
 		t.Errorf("alice after the rotation:\n%s", out)
 	}
-}
-
-// lineWith is the first line of text holding every one of want.
-func lineWith(text string, want ...string) string {
-	for line := range strings.SplitSeq(text, "\n") {
-		found := true
-		for _, w := range want {
-			found = found && strings.Contains(line, w)
-		}
-		if found {
-			return line
-		}
-	}
-	return ""
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"encoding/base64"
 	"fmt"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/dnstest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/netns"
@@ -56,22 +58,24 @@ func TestLocalAndSquidAuthenticateAlike(t *testing.T) {
 	c := startCatch(t)
 	file := htpasswdFile(t)
 	settings := policies[0].settings
-	squidAddr, access := startSquid(t, settings.Policy(), file)
-	proxies := map[string]string{"local": startLocal(t, settings, nil, file, "127.0.100.0/24"), "squid": squidAddr}
+	squidAddr, access, squidLines := startSquid(t, settings.Policy(), file)
+	localAddr, localLines := startLocal(t, settings, nil, file, "127.0.100.0/24")
+	proxies := map[string]string{"local": localAddr, "squid": squidAddr}
 	credentials := []struct {
 		name, header string
 		valid        bool
+		user         string // logged: the admitted user
 	}{
-		{"none", "", false},
-		{"alice", basic("alice", users["alice"]), true},
-		{"bob ($2y$, escaped characters)", basic("bob", users["bob"]), true},
-		{"alice, bob's password", basic("alice", users["bob"]), false},
-		{"alice, wrong case of the user", basic("Alice", users["alice"]), false},
-		{"an unknown user", basic("mallory", users["alice"]), false},
-		{"alice, empty password", basic("alice", ""), false},
-		{"not base64", "Proxy-Authorization: Basic !!!\r\n", false},
-		{"another scheme", "Proxy-Authorization: Bearer " + users["alice"] + "\r\n", false},
-		{"scheme in lower case", strings.Replace(basic("alice", users["alice"]), "Basic", "basic", 1), true},
+		{"none", "", false, ""},
+		{"alice", basic("alice", users["alice"]), true, "alice"},
+		{"bob ($2y$, escaped characters)", basic("bob", users["bob"]), true, "bob"},
+		{"alice, bob's password", basic("alice", users["bob"]), false, ""},
+		{"alice, wrong case of the user", basic("Alice", users["alice"]), false, ""},
+		{"an unknown user", basic("mallory", users["alice"]), false, ""},
+		{"alice, empty password", basic("alice", ""), false, ""},
+		{"not base64", "Proxy-Authorization: Basic !!!\r\n", false, ""},
+		{"another scheme", "Proxy-Authorization: Bearer " + users["alice"] + "\r\n", false, ""},
+		{"scheme in lower case", strings.Replace(basic("alice", users["alice"]), "Basic", "basic", 1), true, "alice"},
 	}
 	probes := []probe{
 		{scheme: "http", host: "a.test", port: plainPort},
@@ -79,9 +83,10 @@ func TestLocalAndSquidAuthenticateAlike(t *testing.T) {
 		{scheme: "http", host: "loop.test", port: plainPort},
 		{scheme: "http", host: "nx.test", port: plainPort},
 	}
-	requests := 0
+	requests, lines := 0, 0
 	for i, cr := range credentials {
 		for j, p := range probes {
+			lines++
 			got := map[string]outcome{}
 			for name, addr := range proxies {
 				got[name] = send(t, addr, p, fmt.Sprintf("auth-%d-%d-%s", i, j, name), c, cr.header)
@@ -99,6 +104,15 @@ func TestLocalAndSquidAuthenticateAlike(t *testing.T) {
 					t.Errorf("%s through %s: 407 with Proxy-Authenticate %q, want %q", p, name, o.header.Get("Proxy-Authenticate"), clientauth.Challenge)
 				}
 			}
+			// Both access lines say the same: the user only when it was
+			// admitted, and what decided.
+			ll, sl := logged(t, localLines, lines), logged(t, squidLines, lines)
+			if diff := sameLine(ll, sl, l.class == s.class && l.class != "failed"); diff != "" {
+				t.Errorf("%s with credentials %s: the access lines differ: %s", p, cr.name, diff)
+			}
+			if want := cmp.Or(cr.user, egress.NoValue); sl["user"] != want {
+				t.Errorf("%s with credentials %s: Squid logs user %q, want %q (a name is logged once admitted)", p, cr.name, sl["user"], want)
+			}
 			model := access.Allows(squidtest.Request{Client: netip.MustParseAddr("127.0.0.1"), Connect: p.connect, Scheme: p.scheme,
 				Host: p.host, Port: p.port, Addrs: answers(p.host), Authenticated: cr.valid})
 			if model != (s.class == "passed" || s.class == "failed") {
@@ -107,7 +121,7 @@ func TestLocalAndSquidAuthenticateAlike(t *testing.T) {
 		}
 	}
 	if !t.Failed() {
-		t.Logf("%d requests (%d credentials × %d targets, each through local and the real Squid with basic_ncsa_auth): every decision equal",
+		t.Logf("%d requests (%d credentials × %d targets, each through local and the real Squid with basic_ncsa_auth): every decision and access line equal",
 			requests, len(credentials), len(probes))
 	}
 }

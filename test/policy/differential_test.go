@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/http"
 	"net/netip"
 	"testing"
 
@@ -37,12 +38,11 @@ func TestLocalAndSquidDecideAlike(t *testing.T) {
 			t.Fatalf("rules of %q: %v", pol.name, errs)
 		}
 		policy := entry.Narrow(rules)
+		localAddr, localLines := startLocal(t, pol.settings, pol.rules, "", fmt.Sprintf("127.0.%d.0/24", 100+n))
 		proxies := []struct {
 			name, addr string
-		}{
-			{"local", startLocal(t, pol.settings, pol.rules, "", fmt.Sprintf("127.0.%d.0/24", 100+n))},
-		}
-		squidAddr, access := startSquid(t, policy, "")
+		}{{"local", localAddr}}
+		squidAddr, access, squidLines := startSquid(t, policy, "")
 		proxies = append(proxies, struct{ name, addr string }{"squid", squidAddr})
 		for i, p := range corpus() {
 			requests++
@@ -58,6 +58,20 @@ func TestLocalAndSquidDecideAlike(t *testing.T) {
 					got["squid"].header.Get("X-Squid-Error"), got["local"].reached, got["squid"].reached)
 			}
 			dst := egress.Destination{Connect: p.connect, Scheme: p.scheme, Host: p.host, Port: p.port, Addrs: answers(p.host)}
+			// The access lines: what decided, the same on both; Squid
+			// refuses a scheme it does not speak (501) before its rules
+			// and logs no decision.
+			ll, sl := logged(t, localLines, i+1), logged(t, squidLines, i+1)
+			if got["squid"].status == http.StatusNotImplemented {
+				if ll["decision"] != egress.DecisionRefused || ll["rule"] != egress.RuleScheme {
+					t.Errorf("%s under %q: local logs %s by %s, want refused by scheme", p, pol.name, ll["decision"], ll["rule"])
+				}
+			} else if diff := sameLine(ll, sl, got["local"].class == got["squid"].class && got["local"].class != "failed"); diff != "" {
+				t.Errorf("%s under %q: the access lines differ: %s", p, pol.name, diff)
+			}
+			if decision, rule := policy.Verdict(dst); ll["decision"] != decision || ll["rule"] != rule {
+				t.Errorf("%s under %q: local logs %s by %s, egress.Policy.Verdict says %s by %s", p, pol.name, ll["decision"], ll["rule"], decision, rule)
+			}
 			if decided := policy.Decide(dst) == nil; decided != (got["local"].class != "refused") {
 				t.Errorf("%s under %q: egress.Policy.Decide says allowed=%t, local %s", p, pol.name, decided, got["local"].class)
 			}
@@ -68,7 +82,7 @@ func TestLocalAndSquidDecideAlike(t *testing.T) {
 		}
 	}
 	if !t.Failed() {
-		t.Logf("%d requests (%d per policy, %d policies), each through local and the real Squid: every decision equal, and equal to egress.Policy.Decide and to the model of Squid's rules",
+		t.Logf("%d requests (%d per policy, %d policies), each through local and the real Squid: every decision and access line equal, and equal to egress.Policy.Decide and Verdict and to the model of Squid's rules",
 			requests, len(corpus()), len(policies))
 	}
 }

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -68,7 +67,7 @@ func (c *catch) by(id string) ([]string, http.Header) {
 // startSquid runs the real Squid with the configuration generated for
 // settings, admitting loopback clients, and returns its address and the
 // model of its access rules.
-func startSquid(t *testing.T, policy *egress.Policy, htpasswd string) (string, *squidtest.Access) {
+func startSquid(t *testing.T, policy *egress.Policy, htpasswd string) (string, *squidtest.Access, squidLog) {
 	t.Helper()
 	dirs := squidtest.NewDirs(t)
 	sp := squid.Params{ListenAddr: "127.0.0.1", Port: testenv.FreePort(t),
@@ -87,12 +86,12 @@ func startSquid(t *testing.T, policy *egress.Policy, htpasswd string) (string, *
 	if err != nil {
 		t.Fatalf("the model of Squid cannot read the generated config: %v", err)
 	}
-	return addr, access
+	return addr, access, squidLog(dirs.Output())
 }
 
 // startLocal runs one local provider instance under settings, admitting
-// loopback clients, and returns its address.
-func startLocal(t *testing.T, settings egress.Settings, rules []egress.DestinationRule, htpasswd, bind string) string {
+// loopback clients, and returns its address and its access log.
+func startLocal(t *testing.T, settings egress.Settings, rules []egress.DestinationRule, htpasswd, bind string) (string, localLog) {
 	t.Helper()
 	p, err := local.New("differential", local.Config{BindCIDR: bind, Settings: settings}, provider.Options{InstallationID: "differential"})
 	if err != nil {
@@ -102,11 +101,12 @@ func startLocal(t *testing.T, settings egress.Settings, rules []egress.Destinati
 	req := provider.CreateRequest{Name: provider.InstanceName("ns", "p", "uid", "s"), Namespace: "ns", ProxyName: "p", UID: "uid",
 		Port: testenv.FreePort(t), AllowedSourceRanges: []string{"127.0.0.0/8"}, Destinations: rules,
 		ClientAuth: provider.Sensitive(htpasswd)}
-	inst, err := p.Create(context.Background(), req)
+	logs := localLog{&testenv.LogLines{}}
+	inst, err := p.Create(logs.Context(1), req)
 	if err != nil || inst.State != provider.StateRunning {
 		t.Fatalf("local Create: %+v %v", inst, err)
 	}
-	return squidtest.Addr(inst.IP, req.Port)
+	return squidtest.Addr(inst.IP, req.Port), logs
 }
 
 // outcome is what one proxy did with one request.

@@ -24,8 +24,9 @@ func TestNothingAboutTheHostLeaks(t *testing.T) {
 	dnstest.Start(t, nameserver, names)
 	c := startCatch(t)
 	settings := policies[0].settings
-	squidAddr, _ := startSquid(t, settings.Policy(), "")
-	proxies := map[string]string{"local": startLocal(t, settings, nil, "", "127.0.100.0/24"), "squid": squidAddr}
+	squidAddr, _, _ := startSquid(t, settings.Policy(), "")
+	localAddr, _ := startLocal(t, settings, nil, "", "127.0.100.0/24")
+	proxies := map[string]string{"local": localAddr, "squid": squidAddr}
 	if h, err := os.Hostname(); err != nil || h != hostname {
 		t.Fatalf("host name %q %v, want the namespace's %q", h, err, hostname)
 	}

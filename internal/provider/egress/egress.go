@@ -267,7 +267,7 @@ func (p *Policy) CheckDestination(host string, addrs []netip.Addr, port uint16) 
 	if err := p.CheckAddrs(addrs); err != nil {
 		return err
 	}
-	if len(p.rules) > 0 && !matchRules(p.rules, host, addrs, port) {
+	if len(p.rules) > 0 && matchingRule(p.rules, host, addrs, port) < 0 {
 		return &Refusal{Class: RefusedByRules, Port: port, Reason: fmt.Sprintf(
 			"%s port %d matches none of this Proxy's destination rules (spec.destinations)", host, port)}
 	}

@@ -117,22 +117,23 @@ func parseDomain(d string) (string, byte, error) {
 	return name, form, nil
 }
 
-// matchRules says whether a request for host (as the client wrote it) on
-// port, whose addresses are addrs, matches one of rules.
-func matchRules(rules []Rule, host string, addrs []netip.Addr, port uint16) bool {
+// matchingRule is the index of the first of rules that a request for host
+// (as the client wrote it) on port, whose addresses are addrs, matches; -1
+// for none.
+func matchingRule(rules []Rule, host string, addrs []netip.Addr, port uint16) int {
 	name, isName := hostName(host)
-	for _, r := range rules {
+	for i, r := range rules {
 		if len(r.Ports) > 0 && !slices.Contains(r.Ports, port) {
 			continue
 		}
 		if isName && r.matchesName(name) {
-			return true
+			return i
 		}
 		if len(r.CIDRs) > 0 && len(addrs) > 0 && allIn(addrs, r.CIDRs) {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 func (r Rule) matchesName(name string) bool {

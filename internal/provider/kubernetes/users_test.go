@@ -51,7 +51,7 @@ func TestBuildWithUsers(t *testing.T) {
 	}
 	conf := p.buildConfigMap(s).Data[confFile]
 	if !strings.Contains(conf, "auth_param basic program /usr/lib/squid/basic_ncsa_auth "+usersDir+"/"+usersKey+"\n") ||
-		!strings.Contains(conf, "http_access deny !authenticated\n") {
+		!strings.Contains(conf, "http_access deny decided_client_auth !authenticated\n") {
 		t.Errorf("squid.conf does not check the mounted users:\n%s", conf)
 	}
 	if strings.Contains(conf, "$2a$") {

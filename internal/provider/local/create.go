@@ -206,5 +206,6 @@ func serverLogger(log logr.Logger, ip netip.Addr, port int32) logr.Logger {
 	if !log.V(1).Enabled() {
 		return logr.Discard()
 	}
-	return log.WithValues("ip", ip.String(), "port", port)
+	// One key for the instance: an access line has its own port.
+	return log.WithValues("instance", netip.AddrPortFrom(ip, uint16(port)).String())
 }

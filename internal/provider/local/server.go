@@ -300,7 +300,7 @@ func (s *server) enter() bool {
 }
 
 // ServeHTTP admits clients by source address, then forwards plain requests
-// and tunnels CONNECT.
+// and tunnels CONNECT; each request ends with its access log line at V(1).
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.enter() {
 		w.Header().Set("Connection", "close")
@@ -308,9 +308,34 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.active.Done()
+	a := &access{start: time.Now()}
+	a.entry.Client, a.entry.Method = clientAddr(r.RemoteAddr), r.Method
+	switch {
+	case r.Method == http.MethodConnect:
+		if host, portText, err := net.SplitHostPort(r.Host); err == nil {
+			port, _ := targetPort(portText, "")
+			a.target(host, port)
+		}
+	case r.URL.IsAbs():
+		port, _ := targetPort(r.URL.Port(), r.URL.Scheme)
+		a.target(r.URL.Hostname(), port)
+	}
+	if r.Body != nil {
+		r.Body = countingBody{countingReader{r.Body, &a.bytesIn}, r.Body}
+	}
+	rw := &recordingWriter{ResponseWriter: w, a: a}
+	defer func() {
+		if v := s.log.V(1); v.Enabled() {
+			v.Info("access", a.line(rw.status).KeysAndValues()...)
+		}
+	}()
+	s.serve(rw, r.WithContext(a.traced(context.WithValue(r.Context(), accessKey{}, a))), a)
+}
 
+func (s *server) serve(w *recordingWriter, r *http.Request, a *access) {
 	src, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil || !s.acl.Load().allows(src.Addr()) {
+		a.decide(egress.DecisionRefused, egress.RuleClientRanges)
 		s.log.V(1).Info("refused client outside allowedSourceRanges",
 			"source", r.RemoteAddr, "method", r.Method, "target", r.Host)
 		w.Header().Set("Connection", "close")
@@ -320,6 +345,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if users := s.acl.Load().users; users != nil {
 		user, password, ok := clientauth.ParseProxyAuthorization(r.Header.Get("Proxy-Authorization"))
 		if !ok || !users.Verify(user, password) {
+			a.decide(egress.DecisionRefused, egress.RuleClientAuth)
 			// Neither the header, the user nor the password is logged:
 			// a password typed into the user field would be.
 			s.log.V(1).Info("refused client without valid credentials", "source", r.RemoteAddr, "method", r.Method,
@@ -328,6 +354,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, textAuthRequired, http.StatusProxyAuthRequired)
 			return
 		}
+		a.user(user)
 	}
 	switch {
 	case r.Method == http.MethodConnect:
@@ -370,8 +397,11 @@ func (s *server) refuse(w http.ResponseWriter, r *http.Request, target string, e
 	s.log.V(1).Info("refused destination", "source", r.RemoteAddr, "method", r.Method, "target", target, "reason", err.Error())
 	text := textRefused
 	var refusal *egress.Refusal
-	if errors.As(err, &refusal) && refusal.Class == egress.RefusedUnresolved {
-		text = textUnresolved
+	if errors.As(err, &refusal) {
+		accessOf(r.Context()).decide(egress.DecisionRefused, refusal.Class.Rule())
+		if refusal.Class == egress.RefusedUnresolved {
+			text = textUnresolved
+		}
 	}
 	http.Error(w, text, http.StatusForbidden)
 }
@@ -444,14 +474,19 @@ func (s *server) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 		// the lookup's error says why, in the log only.
 		return nil, &egress.Refusal{Class: egress.RefusedUnresolved, Reason: "the name does not resolve: " + err.Error()}
 	}
-	if err := s.acl.Load().policy.CheckDestination(host, addrs, port); err != nil {
+	policy := s.acl.Load().policy
+	if err := policy.CheckDestination(host, addrs, port); err != nil {
 		return nil, err
 	}
+	// Allowed, whether or not the connection then succeeds (as Squid's
+	// annotation is made before it connects).
+	rule := policy.DecidingRule(host, addrs, port)
+	accessOf(ctx).decide(egress.DecisionAllowed, rule)
 	var first error
 	for _, a := range addrs {
 		conn, err := s.dialAddr(ctx, netip.AddrPortFrom(a.WithZone("").Unmap(), port))
 		if err == nil {
-			return conn, nil
+			return &allowedConn{Conn: conn, rule: rule}, nil
 		}
 		if first == nil {
 			first = err
@@ -504,7 +539,7 @@ func (s *server) dialAddr(ctx context.Context, remote netip.AddrPort) (net.Conn,
 // tunnel serves CONNECT: dial the target, hijack the client connection and
 // copy both ways until either side ends, the client goes or the server
 // closes. The handler stays until the tunnel ends, so close can wait for it.
-func (s *server) tunnel(w http.ResponseWriter, r *http.Request) {
+func (s *server) tunnel(w *recordingWriter, r *http.Request) {
 	target := r.Host
 	_, portText, err := net.SplitHostPort(target)
 	if err != nil || portText == "" {
@@ -543,6 +578,7 @@ func (s *server) tunnel(w http.ResponseWriter, r *http.Request) {
 
 	// The server may have left read deadlines on the hijacked connection.
 	_ = client.SetDeadline(time.Time{})
+	w.status = http.StatusOK
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
@@ -553,7 +589,8 @@ func (s *server) tunnel(w http.ResponseWriter, r *http.Request) {
 		fromClient = io.MultiReader(io.LimitReader(brw.Reader, int64(n)), client)
 	}
 	s.log.V(2).Info("tunnel open", "source", r.RemoteAddr, "target", target)
-	splice(client, up, fromClient)
+	a := accessOf(r.Context())
+	splice(countingConn{client, &a.bytesOut}, up, countingReader{fromClient, &a.bytesIn})
 }
 
 // splice copies client to up and up to client. A side that ends cleanly is

@@ -108,7 +108,9 @@ func vmParams(in CloudConfigParams) Params {
 		Destinations: in.Destinations,
 		PidFile:      vmPidFile,
 		CoredumpDir:  vmCoredumpDir,
-		AccessLog:    vmLogDir + "/access.log",
+		// The journal (syslog, which journald takes with the unit's name):
+		// journalctl -u squid -o cat shows the JSON lines.
+		AccessLog:    "syslog:daemon.info",
 		CacheLog:     vmLogDir + "/cache.log",
 	}
 }

@@ -208,12 +208,12 @@ func TestConfig_VMDiffersFromPodOnlyInLayout(t *testing.T) {
 		t.Errorf("the rules differ between the Pod and the VM:\npod:\n%s\nvm:\n%s", p, v)
 	}
 	for _, l := range []string{"pid_filename /run/squid.pid", "coredump_dir /var/spool/squid",
-		"access_log stdio:/var/log/squid/access.log", "cache_log /var/log/squid/cache.log"} {
+		"access_log syslog:daemon.info logformat=egress has_request", "cache_log /var/log/squid/cache.log"} {
 		if !strings.Contains(vm, "\n"+l+"\n") {
 			t.Errorf("the VM's squid.conf lacks %q (the distro's paths):\n%s", l, vm)
 		}
 	}
-	for _, l := range []string{"access_log stdio:/dev/stdout", "cache_log /dev/stderr"} {
+	for _, l := range []string{"access_log stdio:/dev/stdout logformat=egress has_request", "cache_log /dev/stderr"} {
 		if !strings.Contains(pod, "\n"+l+"\n") {
 			t.Errorf("the Pod's squid.conf lacks %q (logs to the container's output):\n%s", l, pod)
 		}
@@ -310,7 +310,7 @@ func TestUserDataCarriesClientAuth(t *testing.T) {
 			"  - path: /etc/squid/htpasswd\n    owner: root:root\n    permissions: '0600'\n    content: |\n      " + strings.TrimSuffix(users, "\n") + "\n",
 			"  - chgrp " + group + " /etc/squid/htpasswd\n  - chmod 0640 /etc/squid/htpasswd\n  - systemctl enable squid.service\n",
 			"      auth_param basic program /usr/lib/squid/basic_ncsa_auth /etc/squid/htpasswd\n",
-			"      http_access deny !authenticated\n",
+			"      http_access deny decided_client_auth !authenticated\n",
 		} {
 			if !strings.Contains(doc, want) {
 				t.Errorf("%s: the cloud-config lacks %q:\n%s", family, want, doc)

@@ -15,16 +15,17 @@ import (
 )
 
 // directives are every squid.conf directive Config writes.
-var directives = []string{"http_port", "acl", "http_access", "cache", "cache_mem", "access_log", "cache_log",
+var directives = []string{"http_port", "acl", "http_access", "cache", "cache_mem", "logformat", "access_log", "cache_log",
 	"cache_store_log", "netdb_filename", "pinger_enable", "logfile_rotate", "pid_filename", "coredump_dir",
 	"cache_effective_user", "forwarded_for", "shutdown_lifetime", "httpd_suppress_version_string",
 	"visible_hostname", "reply_header_access", "request_header_access"}
 
 // wantAccess are the http_access rules, in order, whatever the inputs.
-var wantAccess = []string{"http_access deny !allowed_clients", "http_access deny CONNECT !connect_ports",
-	"http_access deny !CONNECT !safe_ports", "http_access deny !CONNECT !web_protos", "http_access deny manager",
-	"http_access deny !resolved_destinations", "http_access deny refused_destinations",
-	"http_access allow allowed_clients", "http_access deny all"}
+var wantAccess = []string{"http_access deny !allowed_clients decided_client_ranges",
+	"http_access deny !CONNECT !web_protos decided_scheme", "http_access deny CONNECT !connect_ports decided_port",
+	"http_access deny !CONNECT !safe_ports decided_port", "http_access deny manager decided_manager",
+	"http_access deny !resolved_destinations decided_unresolved", "http_access deny refused_destinations decided_address",
+	"http_access allow allowed_clients decided_entry", "http_access deny all decided_destinations"}
 
 // FuzzConfig renders squid.conf from what reaches it from outside: a
 // Proxy's port and client ranges, an entry's allowedDestinations,
@@ -33,7 +34,8 @@ var wantAccess = []string{"http_access deny !allowed_clients", "http_access deny
 // is a comment, blank or one of Config's own directives (no input breaks a
 // directive across lines), the client ranges and the policy's refused set
 // are written as asked, nothing ever says "http_access allow all", and the
-// access rules are the fixed sequence ending in "http_access deny all",
+// access rules are the fixed sequence ending in "http_access deny all"
+// (each line annotated with what it decides, for the access log),
 // before the trailing settings.
 func FuzzConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, port int32, clientList, allowedList, connectList, clusterList string) {
@@ -160,14 +162,21 @@ func FuzzDecisionsAgree(f *testing.F) {
 		if err != nil {
 			t.Fatalf("the model cannot read the generated config: %v\n%s", err, conf)
 		}
+		// Schemes reach the policy lower-cased, as both proxies parse them.
+		scheme = strings.ToLower(scheme)
 		dst := egress.Destination{Connect: connect, Scheme: scheme, Host: host, Port: port, Addrs: addrsFrom(addrs)}
 		if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
 			dst.Addrs = []netip.Addr{a} // an IP literal is its own address
 		}
 		goSays := policy.Decide(dst)
-		squidSays := access.Allows(squidtest.Request{Client: client, Connect: connect, Scheme: scheme, Host: host, Port: port, Addrs: dst.Addrs})
+		squidSays, notes := access.Decide(squidtest.Request{Client: client, Connect: connect, Scheme: scheme, Host: host, Port: port, Addrs: dst.Addrs})
 		if (goSays == nil) != squidSays {
 			t.Fatalf("%+v with %+v and rules %+v: the Go policy says %v, Squid's rules say allowed=%t", dst, settings, rules, goSays, squidSays)
+		}
+		// What decided, as each access log writes it.
+		if decision, rule := policy.Verdict(dst); notes["decision"] != decision || notes["rule"] != rule {
+			t.Fatalf("%+v with %+v and rules %+v: the Go policy logs %s by %s, Squid's annotations %s by %s",
+				dst, settings, rules, decision, rule, notes["decision"], notes["rule"])
 		}
 		// A client outside allowed_clients is refused whatever it asks.
 		if access.Allows(squidtest.Request{Client: netip.MustParseAddr("127.0.0.3"), Connect: connect, Scheme: scheme, Host: host, Port: port, Addrs: dst.Addrs}) {

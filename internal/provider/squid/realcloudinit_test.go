@@ -105,7 +105,7 @@ func TestCloudConfig_RealChecksRefuseBroken(t *testing.T) {
 		{"packages as a string", mustReplace("packages:\n  - squid\n", "packages: squid\n"), "packages: 'squid' is not of type 'array'", false},
 		{"package_update as a string", mustReplace("package_update: true", "package_update: 'yes'"), "package_update: 'yes' is not of type 'boolean'", false},
 		{"no #cloud-config header", strings.TrimPrefix(good, "#cloud-config\n"), `needs to begin with "#cloud-config"`, false},
-		{"undefined ACL in squid.conf", mustReplace("http_access allow allowed_clients\n", "http_access allow allowed_client\n"), "", true},
+		{"undefined ACL in squid.conf", mustReplace("http_access allow allowed_clients decided_entry\n", "http_access allow allowed_client decided_entry\n"), "", true},
 		{"unknown directive in squid.conf", mustReplace("forwarded_for delete\n", "forwarded_for delete\n      forwarded_for_everything delete\n"), "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,10 +35,11 @@ type Params struct {
 	// the distro's /run/squid.pid, which its squid.service expects).
 	PidFile     string
 	CoredumpDir string
-	// AccessLog and CacheLog are where Squid logs; empty means the
-	// process's stdout and stderr, for a container. A VM's Squid runs
-	// under systemd, whose stdout is a socket Squid cannot reopen, so it
-	// logs into the distro's /var/log/squid.
+	// AccessLog (an access_log module:place) and CacheLog (a file) are
+	// where Squid logs; empty means the process's stdout and stderr, for a
+	// container. A VM's Squid runs under systemd, whose stdout is a socket
+	// Squid cannot reopen, so it logs its access lines to syslog (the
+	// journal) and its cache log into the distro's /var/log/squid.
 	AccessLog string
 	CacheLog  string
 	// Auth, when set, makes Squid ask every admitted client for a user and
@@ -135,31 +136,64 @@ func Config(sp Params) string {
 	// ranges: "not any address" is how Squid says "no address".
 	w("acl resolved_destinations dst all")
 	allows := writeRules(w, dest.Rules())
+	// What decided a request, for the access log: each http_access line
+	// ends with an ACL that always matches and annotates the transaction,
+	// so it is reached only when the rest of its line matched; a later
+	// line's annotation replaces an earlier one.
+	w("# What decided, for the access log (%%{decision}note, %%{rule}note).")
+	refusals := []string{egress.RuleClientRanges, egress.RuleScheme, egress.RulePort, egress.RuleManager,
+		egress.RuleUnresolved, egress.RuleAddress, egress.RuleDestinations}
+	if sp.Auth != nil {
+		refusals = append(refusals, egress.RuleClientAuth)
+	}
+	for _, r := range refusals {
+		w("acl %s annotate_transaction decision=%s rule=%s", decidedACL(r), egress.DecisionRefused, r)
+	}
+	for _, a := range allows {
+		w("acl %s annotate_transaction decision=%s rule=%s", decidedACL(a.rule), egress.DecisionAllowed, a.rule)
+	}
 	w("")
 	// Clients first: a client that may not use the proxy makes it resolve
 	// nothing.
-	w("http_access deny !allowed_clients")
+	w("http_access deny !allowed_clients %s", decidedACL(egress.RuleClientRanges))
 	if sp.Auth != nil {
 		// Before any destination rule: a client without credentials learns
-		// nothing of the policy, and Squid answers 407 for a deny whose
-		// last ACL is an authentication one.
-		w("http_access deny !authenticated")
+		// nothing of the policy. Squid answers 407 for a deny whose last
+		// ACL is an authentication one, so the annotation comes first
+		// (a line that then does not match leaves it for the next).
+		w("http_access deny %s !authenticated", decidedACL(egress.RuleClientAuth))
 	}
-	w("http_access deny CONNECT !connect_ports")
-	w("http_access deny !CONNECT !safe_ports")
-	w("http_access deny !CONNECT !web_protos")
-	w("http_access deny manager")
-	w("http_access deny !resolved_destinations")
-	w("http_access deny refused_destinations")
+	// The scheme before the port, as egress.Policy.CheckRequest.
+	w("http_access deny !CONNECT !web_protos %s", decidedACL(egress.RuleScheme))
+	w("http_access deny CONNECT !connect_ports %s", decidedACL(egress.RulePort))
+	w("http_access deny !CONNECT !safe_ports %s", decidedACL(egress.RulePort))
+	w("http_access deny manager %s", decidedACL(egress.RuleManager))
+	w("http_access deny !resolved_destinations %s", decidedACL(egress.RuleUnresolved))
+	w("http_access deny refused_destinations %s", decidedACL(egress.RuleAddress))
 	for _, a := range allows {
-		w("http_access allow %s", a)
+		w("http_access allow %s %s", a.acls, decidedACL(a.rule))
 	}
-	w("http_access deny all")
+	w("http_access deny all %s", decidedACL(egress.RuleDestinations))
 	w("")
 	w("# An egress proxy, not a cache: no object is stored.")
 	w("cache deny all")
 	w("cache_mem 8 MB")
-	w("access_log stdio:%s", orDefault(sp.AccessLog, "/dev/stdout"))
+	w("logformat egress %s", accessLogFormat(accessLogCodes["user"]))
+	accessLog := orDefault(sp.AccessLog, "stdio:/dev/stdout")
+	// Only requests: a connection that sends none (a TCP readiness probe,
+	// every few seconds) is no line.
+	w("acl has_request has request")
+	if sp.Auth != nil {
+		// A name that failed authentication is not logged (it may be a
+		// password typed into the wrong field): such lines get a format
+		// without it.
+		w("acl refused_by_auth note rule %s", egress.RuleClientAuth)
+		w("logformat egress_refused_auth %s", accessLogFormat(`"`+egress.NoValue+`"`))
+		w("access_log %s logformat=egress_refused_auth has_request refused_by_auth", accessLog)
+		w("access_log %s logformat=egress has_request !refused_by_auth", accessLog)
+	} else {
+		w("access_log %s logformat=egress has_request", accessLog)
+	}
 	w("cache_log %s", orDefault(sp.CacheLog, "/dev/stderr"))
 	w("cache_store_log none")
 	w("netdb_filename none")
@@ -192,21 +226,66 @@ func Config(sp Params) string {
 	return b.String()
 }
 
+// allow is one http_access allow line: its ACLs and the access log's rule
+// for what it lets through.
+type allow struct{ acls, rule string }
+
+// decidedACL names the annotate_transaction ACL that records rule.
+func decidedACL(rule string) string {
+	return "decided_" + strings.NewReplacer("-", "_", "[", "_", "]", "").Replace(rule)
+}
+
+// accessLogCodes are Squid's logformat codes for egress.AccessLogFields:
+// text that a client chooses is "#"-encoded (egress.LogEscape), so no
+// line stops being JSON; the URL's path and query are never written.
+var accessLogCodes = map[string]string{
+	"time":        `"%{%Y-%m-%dT%H:%M:%S}tg.%03tuZ"`,
+	"client":      `"%>a"`,
+	"user":        `"%#un"`,
+	"method":      `"%#rm"`,
+	"host":        `"%#>rd"`,
+	"port":        `"%>rP"`,
+	"status":      `%>Hs`,
+	"bytes_in":    `%>st`,
+	"bytes_out":   `%<st`,
+	"duration_ms": `%tr`,
+	"decision":    `"%{decision}note"`,
+	"rule":        `"%{rule}note"`,
+}
+
+// accessLogFormat is the JSON line of the access log, one key per field,
+// with user as the user field's code.
+func accessLogFormat(user string) string {
+	parts := make([]string, len(egress.AccessLogFields))
+	for i, f := range egress.AccessLogFields {
+		code, ok := accessLogCodes[f]
+		if !ok {
+			panic("squid: no logformat code for access log field " + f)
+		}
+		if f == "user" {
+			code = user
+		}
+		parts[i] = `"` + f + `":` + code
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
 // writeRules writes the ACLs of a Proxy's destination rules and returns
 // the http_access allow lines that let a request through: one per way a
 // rule can match (its names, the names under it, its CIDRs), each with the
 // rule's ports. No rules: every admitted client's request that got past
 // the entry's denies. Domain ACLs carry -n: Squid would otherwise look up
 // the name of an IP-literal target, and a PTR record would let it match.
-func writeRules(w func(string, ...any), rules []egress.Rule) []string {
+func writeRules(w func(string, ...any), rules []egress.Rule) []allow {
 	if len(rules) == 0 {
-		return []string{"allowed_clients"}
+		return []allow{{"allowed_clients", egress.RuleEntry}}
 	}
 	w("# The Proxy's destination rules (spec.destinations): a request must")
 	w("# match one of them.")
-	var allows []string
+	var allows []allow
 	for i, r := range rules {
 		name := fmt.Sprintf("rule%d", i+1)
+		decided := egress.RuleName(i)
 		ports := ""
 		if len(r.Ports) > 0 {
 			w("acl %s_ports port %s", name, joinPorts(r.Ports))
@@ -216,20 +295,20 @@ func writeRules(w func(string, ...any), rules []egress.Rule) []string {
 			for chunk := range slices.Chunk(names, rangesPerLine) {
 				w("acl %s_names dstdomain -n %s", name, strings.Join(chunk, " "))
 			}
-			allows = append(allows, name+"_names"+ports)
+			allows = append(allows, allow{name + "_names" + ports, decided})
 		}
 		if len(r.Under) > 0 {
 			for _, u := range r.Under {
 				w("acl %s_under dstdom_regex -n -i \\.%s$", name, strings.ReplaceAll(u, ".", "\\."))
 			}
-			allows = append(allows, name+"_under"+ports)
+			allows = append(allows, allow{name + "_under" + ports, decided})
 		}
 		if len(r.CIDRs) > 0 {
 			// "Every address in the CIDRs" is "no address outside them".
 			for chunk := range slices.Chunk(r.Outside(), rangesPerLine) {
 				w("acl %s_outside dst %s", name, joinPrefixes(chunk))
 			}
-			allows = append(allows, "!"+name+"_outside"+ports)
+			allows = append(allows, allow{"!" + name + "_outside" + ports, decided})
 		}
 	}
 	return allows

@@ -97,8 +97,9 @@ func TestConfig(t *testing.T) {
 			if tc.rules != nil && !slices.Equal(rules, tc.rules) {
 				t.Errorf("http_access rules\n%s\nwant\n%s", strings.Join(rules, "\n"), strings.Join(tc.rules, "\n"))
 			}
-			// Deny by default: the last http_access rule is "deny all".
-			if len(rules) == 0 || rules[len(rules)-1] != "http_access deny all" {
+			// Deny by default: the last http_access rule is "deny all" (with
+			// its annotation for the access log).
+			if len(rules) == 0 || !strings.HasPrefix(rules[len(rules)-1], "http_access deny all ") {
 				t.Errorf("http_access rules %q, want the last to be \"http_access deny all\"", rules)
 			}
 		})
@@ -147,8 +148,8 @@ func TestConfigNoSubnetworkWarnings(t *testing.T) {
 			[]string{"dstdomain -n api.partner.example", "rule1_outside dst 203.0.114.0/24"},
 			[]string{"acl rule1_ports port 443 8443\n", "acl rule1_names dstdomain -n other.example .partner.example\n",
 				"acl rule1_under dstdom_regex -n -i \\.cdn\\.example$\n",
-				"http_access allow rule1_names rule1_ports\n", "http_access allow rule1_under rule1_ports\n",
-				"http_access allow !rule1_outside rule1_ports\n"}},
+				"http_access allow rule1_names rule1_ports decided_destinations_0\n", "http_access allow rule1_under rule1_ports decided_destinations_0\n",
+				"http_access allow !rule1_outside rule1_ports decided_destinations_0\n"}},
 		{"overlapping client ranges",
 			Params{Port: 3128, PidFile: "/tmp/p", CoredumpDir: "/tmp",
 				Clients: []netip.Prefix{pfx("10.244.77.5/32"), pfx("10.244.77.0/24"), pfx("fd00::1/128"), pfx("fd00::/8")}},

@@ -25,6 +25,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth/clientauthtest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/kubernetes"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -262,9 +263,15 @@ func TestSquidImageRunsTheProvidersPod(t *testing.T) {
 		t.Errorf("squid's process changed (%d, was %d): the rotation restarted it", pid2, pid)
 	}
 
-	testenv.Eventually(t, "both requests in squid's access log on stdout", func() bool {
-		s := out.String()
-		return strings.Contains(s, "TCP_MISS/200") && strings.Contains(s, "TCP_DENIED/403")
+	testenv.Eventually(t, "the requests in squid's access log on stdout", func() bool {
+		lines, err := squidtest.AccessLines(out.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, served := squidtest.FindAccess(lines, map[string]string{"user": "alice", "status": "200", "decision": "allowed", "rule": "entry"})
+		_, denied := squidtest.FindAccess(lines, map[string]string{"host": "127.0.0.2", "status": "403", "decision": "refused", "rule": "address"})
+		_, noUser := squidtest.FindAccess(lines, map[string]string{"user": "-", "status": "407", "rule": "client-auth"})
+		return served && denied && noUser
 	})
 	t.Logf("squid output:\n%s", out.String())
 }

@@ -28,8 +28,8 @@ type Request struct {
 
 // Access is a model of how Squid 5 evaluates the http_access rules of a
 // generated squid.conf, for the ACL types the generator writes (src, dst,
-// port, proto, dstdomain and dstdom_regex with -n, proxy_auth REQUIRED, and
-// the predefined all, CONNECT and manager). It is checked
+// port, proto, dstdomain and dstdom_regex with -n, proxy_auth REQUIRED,
+// annotate_transaction, and the predefined all, CONNECT and manager). It is checked
 // against the real Squid on the differential test's corpus (test/policy),
 // and lets a fuzzer compare the generated rules with the Go policy on
 // inputs no corpus lists.
@@ -46,6 +46,8 @@ type acl struct {
 	protos  []string
 	domains []string
 	regexps []*regexp.Regexp
+	// notes an annotate_transaction ACL sets when it is reached.
+	notes map[string]string
 }
 
 type term struct {
@@ -137,6 +139,17 @@ func (a *Access) addACL(name, kind string, values []string) error {
 			c.ports = append(c.ports, [2]uint16{uint16(l), uint16(h)})
 		case "proto":
 			c.protos = append(c.protos, v)
+		case "note", "has":
+			// Read by access_log lines only, which the model leaves out.
+		case "annotate_transaction":
+			k, val, ok := strings.Cut(v, "=")
+			if !ok || strings.HasSuffix(k, "+") {
+				return fmt.Errorf("acl %s: only key=value annotations are modelled, not %q", name, v)
+			}
+			if c.notes == nil {
+				c.notes = map[string]string{}
+			}
+			c.notes[k] = val
 		case "proxy_auth":
 			if v != "REQUIRED" {
 				return fmt.Errorf("acl %s: only proxy_auth REQUIRED is modelled", name)
@@ -169,17 +182,31 @@ func (a *Access) addACL(name, kind string, values []string) error {
 // Allows says whether Squid would let r past http_access: the first rule
 // whose terms all match decides; with none, the opposite of the last rule.
 func (a *Access) Allows(r Request) bool {
-	for _, rl := range a.rules {
-		if a.matchAll(rl.terms, r) {
-			return rl.allow
-		}
-	}
-	return len(a.rules) > 0 && !a.rules[len(a.rules)-1].allow
+	allow, _ := a.Decide(r)
+	return allow
 }
 
-func (a *Access) matchAll(terms []term, r Request) bool {
+// Decide is Allows with the annotations the transaction carries at the
+// end: an annotate_transaction ACL sets its notes when it is reached (every
+// term before it on its line matched), and a later one replaces them, as
+// in Squid, so a line that then fails to match still leaves its notes.
+func (a *Access) Decide(r Request) (bool, map[string]string) {
+	notes := map[string]string{}
+	for _, rl := range a.rules {
+		if a.matchAll(rl.terms, r, notes) {
+			return rl.allow, notes
+		}
+	}
+	return len(a.rules) > 0 && !a.rules[len(a.rules)-1].allow, notes
+}
+
+func (a *Access) matchAll(terms []term, r Request, notes map[string]string) bool {
 	for _, t := range terms {
-		if a.match(a.acls[t.name], r) == t.not {
+		c := a.acls[t.name]
+		for k, v := range c.notes {
+			notes[k] = v
+		}
+		if a.match(c, r) == t.not {
 			return false
 		}
 	}
@@ -188,7 +215,7 @@ func (a *Access) matchAll(terms []term, r Request) bool {
 
 func (a *Access) match(c *acl, r Request) bool {
 	switch c.kind {
-	case "all":
+	case "all", "annotate_transaction":
 		return true
 	case "CONNECT":
 		return r.Connect

@@ -68,6 +68,10 @@ func NewDirs(t testing.TB) Dirs {
 	return d
 }
 
+// Output is the file Start sends Squid's stdout and stderr to (its
+// access and cache logs, as the generated config writes them).
+func (d Dirs) Output() string { return filepath.Join(d.Run, "squid.out") }
+
 // PidFile is where the config should put Squid's pid file.
 func (d Dirs) PidFile() string { return filepath.Join(d.Run, "squid.pid") }
 
@@ -83,7 +87,7 @@ func Start(t testing.TB, d Dirs, conf, addr string) {
 	}
 	// A regular file, not a pipe: Squid reopens /dev/stdout, and a pipe
 	// made by root cannot be reopened by the user it drops to.
-	logPath := filepath.Join(d.Run, "squid.out")
+	logPath := d.Output()
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o666)
 	if err != nil {
 		t.Fatal(err)
