@@ -2,15 +2,11 @@ package telemetry_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/telemetry"
 )
 
@@ -41,19 +37,7 @@ func TestOwnerListingsSpannedAndCounted(t *testing.T) {
 	rec, tp := newRecorder()
 	_, fp, _ := newEntry(t, tp)
 	name := providerName(t) + "-owned"
-	types := map[string]registry.Type{"fake": {
-		Parse: func(json.RawMessage, *field.Path) (any, field.ErrorList) { return nil, nil },
-		New:   func(string, any, provider.Options) (provider.Provider, error) { return ownerFake{fp}, nil },
-	}}
-	reg := registry.New(types, provider.Options{InstallationID: installation}, telemetry.Decorate(tp))
-	if err := reg.Apply([]config.Entry{{Name: name, Type: "fake", Path: field.NewPath("providers").Index(0)}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
-	e, err := reg.Get(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := decoratedEntry(t, tp, name, ownerFake{fp})
 	if e.Owned == nil {
 		t.Fatal("the entry lost its OwnerLister")
 	}

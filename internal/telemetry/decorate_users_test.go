@@ -2,16 +2,12 @@ package telemetry_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/telemetry"
 )
 
@@ -36,19 +32,7 @@ func TestUsersUpdateSpannedAndCounted(t *testing.T) {
 	_, fp, _ := newEntry(t, tp)
 	name := providerName(t) + "-users"
 	var got string
-	types := map[string]registry.Type{"fake": {
-		Parse: func(json.RawMessage, *field.Path) (any, field.ErrorList) { return nil, nil },
-		New:   func(string, any, provider.Options) (provider.Provider, error) { return usersFake{fp, &got}, nil },
-	}}
-	reg := registry.New(types, provider.Options{InstallationID: installation}, telemetry.Decorate(tp))
-	if err := reg.Apply([]config.Entry{{Name: name, Type: "fake", Path: field.NewPath("providers").Index(0)}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
-	e, err := reg.Get(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := decoratedEntry(t, tp, name, usersFake{fp, &got})
 	if e.Users == nil {
 		t.Fatal("the entry lost its UsersUpdater")
 	}

@@ -210,3 +210,23 @@ func histogramCount(t *testing.T, name, op, class string) uint64 {
 	}
 	return 0
 }
+
+// decoratedEntry is the registry's entry named name for p, decorated by
+// telemetry with tp: p's optional interfaces as the registry finds them.
+func decoratedEntry(t *testing.T, tp trace.TracerProvider, name string, p provider.Provider) *registry.Entry {
+	t.Helper()
+	types := map[string]registry.Type{"fake": {
+		Parse: func(json.RawMessage, *field.Path) (any, field.ErrorList) { return nil, nil },
+		New:   func(string, any, provider.Options) (provider.Provider, error) { return p, nil },
+	}}
+	reg := registry.New(types, provider.Options{InstallationID: installation}, telemetry.Decorate(tp))
+	if err := reg.Apply([]config.Entry{{Name: name, Type: "fake", Path: field.NewPath("providers").Index(0)}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	e, err := reg.Get(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}

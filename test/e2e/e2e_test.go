@@ -269,11 +269,7 @@ func (cl *cluster) testFetchThroughSquid(t *testing.T) {
 	pod := cl.instanceObjects(t, p).pods[0]
 	var squidLog string
 	testenv.EventuallyNil(t, "Squid's access log has both requests", func() error {
-		logs, err := cl.kubectlOut(t, "-n", pod.Namespace, "logs", pod.Name)
-		if err != nil {
-			return err
-		}
-		lines, err := squidtest.AccessLines(logs)
+		logs, lines, err := cl.accessLines(t, pod)
 		if err != nil {
 			return err
 		}
@@ -945,6 +941,18 @@ func (cl *cluster) runPod(t *testing.T, name, script string, serve bool) *corev1
 func (cl *cluster) exec(t *testing.T, pod string, argv ...string) (string, error) {
 	t.Helper()
 	return cl.kubectlOut(t, append([]string{"-n", cl.ns, "exec", pod, "--", "/bin/busybox"}, argv...)...)
+}
+
+// accessLines are the access log lines of a Squid Pod (its output through
+// kubectl logs, JSON lines among the cache log's), with the whole output.
+func (cl *cluster) accessLines(t *testing.T, pod corev1.Pod) (string, []map[string]string, error) {
+	t.Helper()
+	logs, err := cl.kubectlOut(t, "-n", pod.Namespace, "logs", pod.Name)
+	if err != nil {
+		return "", nil, err
+	}
+	lines, err := squidtest.AccessLines(logs)
+	return logs, lines, err
 }
 
 func (cl *cluster) kubectlOut(t *testing.T, args ...string) (string, error) {

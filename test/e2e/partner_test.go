@@ -133,11 +133,7 @@ func (cl *cluster) testPartnerAPISample(t *testing.T) {
 	// request, with the user once admitted and what decided.
 	clientIP := clientPod.Status.PodIP
 	testenv.EventuallyNil(t, "Squid's access log has each request", func() error {
-		logs, err := cl.kubectlOut(t, "-n", pod.Namespace, "logs", pod.Name)
-		if err != nil {
-			return err
-		}
-		lines, err := squidtest.AccessLines(logs)
+		logs, lines, err := cl.accessLines(t, pod)
 		if err != nil {
 			return err
 		}

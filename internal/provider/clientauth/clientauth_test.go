@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/crypto/bcrypt"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth/clientauthtest"
 )
 
 // hashOf makes a cost-4 bcrypt hash of password with the given variant
@@ -14,11 +14,7 @@ import (
 // three differ only in the prefix for the passwords tests use.
 func hashOf(t testing.TB, variant, password string) string {
 	t.Helper()
-	h, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return variant + string(h[4:])
+	return variant + clientauthtest.Hash(t, password)[4:]
 }
 
 // withByte returns s with the byte at i replaced by b.

@@ -10,14 +10,20 @@ import (
 	"golang.org/x/crypto/bcrypt"
 )
 
-// Line is the htpasswd line of user with password.
-func Line(t testing.TB, user, password string) string {
+// Hash is password's bcrypt hash ($2a$, the lowest cost).
+func Hash(t testing.TB, password string) string {
 	t.Helper()
 	h, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return user + ":" + string(h) + "\n"
+	return string(h)
+}
+
+// Line is the htpasswd line of user with password.
+func Line(t testing.TB, user, password string) string {
+	t.Helper()
+	return user + ":" + Hash(t, password) + "\n"
 }
 
 // File is an htpasswd file of user, password pairs, in that order.
