@@ -271,7 +271,7 @@ func TestGap_SecurityContextAndNoAllowAll(t *testing.T) {
 		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
 		t.Errorf("container securityContext %+v", sc)
 	}
-	if conf := cm.Data[confFile]; strings.Contains(conf+"\n", "http_access allow all\n") || !strings.HasSuffix(strings.TrimSpace(httpAccess(conf)), "http_access deny all") {
+	if conf := cm.Data[confFile]; strings.Contains(conf+"\n", "http_access allow all\n") || !strings.HasSuffix(strings.TrimSpace(httpAccess(conf)), "http_access deny all decided_destinations") {
 		t.Errorf("squid.conf is not deny-by-default:\n%s", conf)
 	}
 	// The check can fail: a privileged Pod is refused in this namespace.
