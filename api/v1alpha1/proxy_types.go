@@ -247,6 +247,9 @@ const (
 	ReasonProvisioning = "Provisioning"
 	// ReasonRunning: the instance serves at status.endpoint.
 	ReasonRunning = "Running"
+	// ReasonProxyNotAnswering: the instance runs with an address, and its
+	// provider's serving signal says the proxy on it does not answer.
+	ReasonProxyNotAnswering = "ProxyNotAnswering"
 	// ReasonReplacing: a spec change is being rolled out to a new instance;
 	// the old one serves until the new one runs.
 	ReasonReplacing = "Replacing"

@@ -158,6 +158,12 @@ func deriveStatus(o observation) shown {
 			endpoint := net.JoinHostPort(host, strconv.Itoa(int(o.port)))
 			return shown{ready: metav1.ConditionTrue, reason: egressv1.ReasonRunning, message: "serving at " + endpoint,
 				phase: egressv1.PhaseRunning, address: setAddress, ip: inst.IP, endpoint: endpoint}
+		case inst.State == provider.StateRunning && inst.IP != "" && inst.Serving == provider.ServingNotAnswering:
+			note := fmt.Sprintf("instance %s runs at %s; its proxy does not answer", inst.ID, inst.IP)
+			if inst.ServingDetail != "" {
+				note += ": " + inst.ServingDetail
+			}
+			return o.notServing(egressv1.ReasonProxyNotAnswering, note, o.unlessServing(egressv1.PhaseProvisioning))
 		case inst.State == provider.StateStopped && inst.Progress != "":
 			// An unfinished create that a restart interrupted: no stop
 			// to warn about; its start shows as resuming.
@@ -259,9 +265,10 @@ func (s *shown) warnIfReplacing(o observation, reason, note string) {
 	}
 }
 
-// serves says whether an instance serves: it runs and has an address.
+// serves says whether an instance serves: it runs, has an address, and its
+// provider's serving signal does not say its proxy fails to answer.
 func serves(inst provider.Instance) bool {
-	return inst.State == provider.StateRunning && inst.IP != ""
+	return inst.State == provider.StateRunning && inst.IP != "" && inst.Serving != provider.ServingNotAnswering
 }
 
 func describeState(s provider.State) string {

@@ -93,6 +93,15 @@ type Instance struct {
 	State State
 	// IP is the instance's address; set when State is Running.
 	IP string
+	// Serving says whether the proxy on a Running instance answers, from
+	// the source the provider's profile names on its serving-signal axis;
+	// ServingUnknown from a provider that has none. Ready needs a Running
+	// instance with an address whose proxy is not known not to answer.
+	Serving Serving
+	// ServingDetail says, in a few words and without a secret, why the
+	// proxy does not answer yet ("the Squid container's readiness probe
+	// fails", "cloud-init running"); shown in the Ready condition.
+	ServingDetail string
 	// Host, when set, is a stable name clients should use instead of IP
 	// (a Service's DNS name for Pods, whose IPs change on replacement).
 	// status.endpoint is Host:port then, and status.ip stays the IP.
@@ -108,6 +117,21 @@ type Instance struct {
 	// "age unknown", and the garbage collector never treats that as old.
 	CreatedAt time.Time
 }
+
+// Serving is what a provider knows of whether the proxy on an instance
+// answers (docs/provider-contract.md, "The serving signal").
+type Serving string
+
+const (
+	// ServingUnknown: the provider has no signal (serving-signal: none);
+	// Ready follows the instance's state and address alone.
+	ServingUnknown Serving = ""
+	// ServingAnswering: the signal says the proxy answers.
+	ServingAnswering Serving = "Answering"
+	// ServingNotAnswering: the signal says it does not (yet), or the
+	// source that would say so has said nothing yet.
+	ServingNotAnswering Serving = "NotAnswering"
+)
 
 // Placement says where an instance runs; each provider defines what the
 // fields mean (a GCE zone, a libvirt host, a Proxmox node) and rejects what

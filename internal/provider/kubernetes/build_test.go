@@ -156,18 +156,19 @@ func TestStateOf(t *testing.T) {
 		conds    []corev1.PodCondition
 		deleting bool
 		want     provider.State
+		serving  provider.Serving // the readiness probe, for a Running Pod
 	}{
-		{"no phase", "", "", nil, false, provider.StateProvisioning},
-		{"pending", corev1.PodPending, "", nil, false, provider.StateProvisioning},
-		{"running ready", corev1.PodRunning, "10.0.0.1", ready, false, provider.StateRunning},
-		{"running not ready", corev1.PodRunning, "10.0.0.1", notReady, false, provider.StateProvisioning},
-		{"running no condition", corev1.PodRunning, "10.0.0.1", nil, false, provider.StateProvisioning},
-		{"running ready no ip", corev1.PodRunning, "", ready, false, provider.StateProvisioning},
-		{"running ready deleting", corev1.PodRunning, "10.0.0.1", ready, true, provider.StateTerminated},
-		{"pending deleting", corev1.PodPending, "", nil, true, provider.StateTerminated},
-		{"succeeded", corev1.PodSucceeded, "", nil, false, provider.StateTerminated},
-		{"failed", corev1.PodFailed, "10.0.0.1", nil, false, provider.StateTerminated},
-		{"unknown", corev1.PodUnknown, "", nil, false, provider.StateTerminated},
+		{"no phase", "", "", nil, false, provider.StateProvisioning, ""},
+		{"pending", corev1.PodPending, "", nil, false, provider.StateProvisioning, ""},
+		{"running ready", corev1.PodRunning, "10.0.0.1", ready, false, provider.StateRunning, provider.ServingAnswering},
+		{"running not ready", corev1.PodRunning, "10.0.0.1", notReady, false, provider.StateRunning, provider.ServingNotAnswering},
+		{"running no condition", corev1.PodRunning, "10.0.0.1", nil, false, provider.StateRunning, provider.ServingNotAnswering},
+		{"running ready no ip", corev1.PodRunning, "", ready, false, provider.StateProvisioning, ""},
+		{"running ready deleting", corev1.PodRunning, "10.0.0.1", ready, true, provider.StateTerminated, ""},
+		{"pending deleting", corev1.PodPending, "", nil, true, provider.StateTerminated, ""},
+		{"succeeded", corev1.PodSucceeded, "", nil, false, provider.StateTerminated, ""},
+		{"failed", corev1.PodFailed, "10.0.0.1", nil, false, provider.StateTerminated, ""},
+		{"unknown", corev1.PodUnknown, "", nil, false, provider.StateTerminated, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "n", Namespace: "ns"},
@@ -181,6 +182,9 @@ func TestStateOf(t *testing.T) {
 			}
 			if (inst.IP != "") != (tc.want == provider.StateRunning) {
 				t.Errorf("IP %q with state %q: IP only when Running", inst.IP, inst.State)
+			}
+			if inst.Serving != tc.serving || (inst.Serving == provider.ServingNotAnswering) != (inst.ServingDetail != "") {
+				t.Errorf("serving %q (%q), want %q with a detail exactly when not answering", inst.Serving, inst.ServingDetail, tc.serving)
 			}
 		})
 	}

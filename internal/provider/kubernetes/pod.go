@@ -317,15 +317,15 @@ func (p *Provider) buildService(s spec) *corev1.Service {
 // Terminated whatever its phase: it is going away for good, and the
 // reconciler, polling Get after its own Delete, waits for NotFound either
 // way; one deleted behind its back (eviction, kubectl) is deleted and
-// created anew. Running needs the Ready condition and an IP, so a Pod whose
-// Squid does not accept connections yet is still Provisioning.
+// created anew. Running needs an IP; whether Squid accepts connections is
+// the serving signal (servingOf), the Pod's Ready condition.
 func stateOf(pod *corev1.Pod) provider.State {
 	if pod.DeletionTimestamp != nil {
 		return provider.StateTerminated
 	}
 	switch pod.Status.Phase {
 	case corev1.PodRunning:
-		if pod.Status.PodIP != "" && podReady(pod) {
+		if pod.Status.PodIP != "" {
 			return provider.StateRunning
 		}
 		return provider.StateProvisioning
@@ -357,6 +357,17 @@ func instanceOf(pod *corev1.Pod) provider.Instance {
 		inst.IP = pod.Status.PodIP
 		// The Service keeps this name when the Pod is replaced.
 		inst.Host = serviceHost(pod.Name, pod.Namespace)
+		inst.Serving, inst.ServingDetail = servingOf(pod)
 	}
 	return inst
+}
+
+// servingOf is the serving signal of a running Pod: the Squid container's
+// readiness probe (a TCP connect to its port), which the kubelet reports
+// as the Pod's Ready condition.
+func servingOf(pod *corev1.Pod) (provider.Serving, string) {
+	if podReady(pod) {
+		return provider.ServingAnswering, ""
+	}
+	return provider.ServingNotAnswering, "the Squid container's readiness probe does not pass"
 }

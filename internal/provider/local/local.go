@@ -171,8 +171,9 @@ func (p *Provider) ours(m provider.Marks) bool {
 func (in *instance) view() provider.Instance {
 	v := provider.Instance{ID: instanceID(in.name), UID: in.marks.UID, CreatedAt: in.createdAt}
 	if in.srv != nil && in.srv.alive() {
-		v.State = provider.StateRunning
-		v.IP = in.ip.String()
+		// The serving signal is the listener itself: it answers while it
+		// serves, and a listener that stopped is a Stopped instance.
+		v.State, v.IP, v.Serving = provider.StateRunning, in.ip.String(), provider.ServingAnswering
 	} else {
 		v.State = provider.StateStopped
 	}

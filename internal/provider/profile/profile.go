@@ -24,7 +24,9 @@ import (
 // compile; Validate catches a value converted from an arbitrary string.
 // Prose is free text (Markdown inline code allowed, no line breaks).
 type Profile struct {
-	Readiness          Choice[Readiness]
+	Readiness Choice[Readiness]
+	// ServingSignal is where Get's Instance.Serving comes from.
+	ServingSignal      Choice[ServingSignal]
 	CreateReturn       Choice[CreateReturn]
 	DeleteReturn       Choice[DeleteReturn]
 	IPSource           Choice[IPSource]
@@ -114,6 +116,7 @@ type CheckUse struct {
 // The axes' vocabularies (docs/provider-contract.md section 3).
 type (
 	Readiness          string
+	ServingSignal      string
 	CreateReturn       string
 	DeleteReturn       string
 	IPSource           string
@@ -137,6 +140,20 @@ type (
 const (
 	ReadinessImmediate          Readiness = "immediate"
 	ReadinessProvisioningWindow Readiness = "provisioning-window"
+
+	// ServingListener: the proxy is the provider's own listener.
+	ServingListener ServingSignal = "listener"
+	// ServingReadinessProbe: the kubelet's readiness probe of the proxy's
+	// container, read as the Pod's Ready condition.
+	ServingReadinessProbe ServingSignal = "readiness-probe"
+	// ServingGuestAgent: a reporter in the guest, read through the QEMU
+	// guest agent.
+	ServingGuestAgent ServingSignal = "guest-agent"
+	// ServingGuestAttributes: a reporter in the guest publishes a GCE
+	// guest attribute.
+	ServingGuestAttributes ServingSignal = "guest-attributes"
+	// ServingNone: no signal yet; Ready follows the state and address.
+	ServingNone ServingSignal = "none"
 
 	CreateReturnSubmit     CreateReturn = "submit"
 	CreateReturnBackground CreateReturn = "background"
@@ -216,7 +233,9 @@ const (
 // vocabulary lists every value of every axis, for Validate and for the
 // generated page's legend. The order is the contract's.
 var vocabulary = map[string][]string{
-	"readiness":           {string(ReadinessImmediate), string(ReadinessProvisioningWindow)},
+	"readiness": {string(ReadinessImmediate), string(ReadinessProvisioningWindow)},
+	"serving-signal": {string(ServingListener), string(ServingReadinessProbe), string(ServingGuestAgent),
+		string(ServingGuestAttributes), string(ServingNone)},
 	"create-return":       {string(CreateReturnSubmit), string(CreateReturnBackground), string(CreateReturnBlocking)},
 	"delete-return":       {string(DeleteReturnReturnsEarly), string(DeleteReturnWaits)},
 	"ip-source":           {string(IPSourceAssignedAtCreate), string(IPSourceDiscovered)},
@@ -270,6 +289,7 @@ func (p Profile) Rows() []Row {
 	}
 	return []Row{
 		axis("readiness", p.Readiness.strings(), p.Readiness.Detail),
+		axis("serving-signal", p.ServingSignal.strings(), p.ServingSignal.Detail),
 		axis("create-return", p.CreateReturn.strings(), p.CreateReturn.Detail),
 		axis("delete-return", p.DeleteReturn.strings(), p.DeleteReturn.Detail),
 		axis("ip-source", p.IPSource.strings(), p.IPSource.Detail),

@@ -11,6 +11,7 @@ import (
 func validProfile() Profile {
 	return Profile{
 		Readiness:          Is(ReadinessImmediate),
+		ServingSignal:      Is(ServingListener),
 		CreateReturn:       Is(CreateReturnSubmit),
 		DeleteReturn:       Is(DeleteReturnWaits),
 		IPSource:           Is(IPSourceDiscovered),
@@ -84,7 +85,7 @@ func TestProfileRowsFollowTheContract(t *testing.T) {
 			t.Errorf("row %s has a vocabulary but is neither an axis nor cloud-init", r.Name)
 		}
 	}
-	want := "readiness create-return delete-return ip-source gc-mark created-at list-partial quota not-found " +
+	want := "readiness serving-signal create-return delete-return ip-source gc-mark created-at list-partial quota not-found " +
 		"primary-key provisioning-state async-ops secondary-resources credentials client-kind timeouts logging " +
 		"child-spans backend-test placement.zone placement.region placement.machineType placement.image " +
 		"cloud-init port states health check check reasons credential rotation tested against"

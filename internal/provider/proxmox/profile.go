@@ -11,6 +11,7 @@ import (
 func Profile() profile.Profile {
 	return profile.Profile{
 		Readiness:          profile.Is(profile.ReadinessProvisioningWindow).Note("a minute or so: clone, seed upload, boot, cloud-init"),
+		ServingSignal:      profile.Is(profile.ServingNone).Note("none yet (issue 22: the guest's reporter, read through PVE's `agent/*` endpoints); Ready when the VM runs with its address"),
 		CreateReturn:       profile.Is(profile.CreateReturnBackground).Note("the clone is submitted in the call; its task, the seed upload, config, resize and start run in the in-flight table, with progress (`clone task 40%`)"),
 		DeleteReturn:       profile.Is(profile.DeleteReturnReturnsEarly).Note("stop, seed ISO removal and destroy run in the background; Get reads NotFound once all is gone"),
 		IPSource:           profile.Is(profile.IPSourceDiscovered).Note("the QEMU guest agent (`network-get-interfaces`)"),
