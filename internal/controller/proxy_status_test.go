@@ -92,7 +92,7 @@ var statusTable = []statusRow{
 		o:    observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateRunning, IP: "10.0.0.1", Serving: provider.ServingNotAnswering}},
 		want: falseFor(egressv1.ReasonProxyNotAnswering, "instance a runs at 10.0.0.1; its proxy does not answer", "")},
 	{name: "a replacement not answering yet: the old one serves", status: replacesAWithB,
-		o: observation{seen: instanceSeen, inst: provider.Instance{ID: "b", State: provider.StateRunning, IP: "10.0.0.2", Serving: provider.ServingNotAnswering}},
+		o:    observation{seen: instanceSeen, inst: provider.Instance{ID: "b", State: provider.StateRunning, IP: "10.0.0.2", Serving: provider.ServingNotAnswering}},
 		want: whileReplacing("instance b runs at 10.0.0.2; its proxy does not answer")},
 	{name: "running and answering", status: provisionsA,
 		o: observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateRunning, IP: "10.0.0.1", Serving: provider.ServingAnswering}},
