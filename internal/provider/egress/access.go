@@ -141,11 +141,15 @@ func LogEscape(s string) string {
 // Verdict is Decide's answer as the access log writes it: the decision
 // and the rule that decided.
 func (p *Policy) Verdict(d Destination) (decision, rule string) {
+	err := p.CheckRequest(d.Connect, d.Scheme, d.Port)
+	if err == nil {
+		rule, err = p.AllowedBy(d.Host, d.Addrs, d.Port)
+	}
 	var r *Refusal
-	if errors.As(p.Decide(d), &r) {
+	if errors.As(err, &r) {
 		return DecisionRefused, r.Class.Rule()
 	}
-	return DecisionAllowed, p.DecidingRule(d.Host, d.Addrs, d.Port)
+	return DecisionAllowed, rule
 }
 
 // LogHost is a request's host as Squid keeps it, and so logs it: a name
@@ -165,17 +169,4 @@ func LogHost(host string) string {
 		return "[" + a.WithZone("").String() + "]"
 	}
 	return "[::" + netip.AddrFrom4([4]byte(b[12:])).String() + "]"
-}
-
-// DecidingRule is the access log's rule for a request CheckDestination let
-// through: the first of the Proxy's rules it matches, as Squid's first
-// matching allow line, or RuleEntry when the Proxy has none.
-func (p *Policy) DecidingRule(host string, addrs []netip.Addr, port uint16) string {
-	if len(p.rules) == 0 {
-		return RuleEntry
-	}
-	if i := matchingRule(p.rules, host, addrs, port); i >= 0 {
-		return RuleName(i)
-	}
-	return RuleDestinations
 }

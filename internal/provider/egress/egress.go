@@ -264,14 +264,26 @@ func (p *Policy) Decide(d Destination) error {
 // CheckDestination is the part of Decide a proxy makes once it has
 // resolved the host: every address, then the Proxy's rules.
 func (p *Policy) CheckDestination(host string, addrs []netip.Addr, port uint16) error {
+	_, err := p.AllowedBy(host, addrs, port)
+	return err
+}
+
+// AllowedBy is CheckDestination with, for a destination it lets through,
+// the access log's rule that did: the first of the Proxy's rules it
+// matches (as Squid's first matching allow line), or RuleEntry when the
+// Proxy has none.
+func (p *Policy) AllowedBy(host string, addrs []netip.Addr, port uint16) (string, error) {
 	if err := p.CheckAddrs(addrs); err != nil {
-		return err
+		return "", err
 	}
-	if len(p.rules) > 0 && matchingRule(p.rules, host, addrs, port) < 0 {
-		return &Refusal{Class: RefusedByRules, Port: port, Reason: fmt.Sprintf(
-			"%s port %d matches none of this Proxy's destination rules (spec.destinations)", host, port)}
+	if len(p.rules) == 0 {
+		return RuleEntry, nil
 	}
-	return nil
+	if i := matchingRule(p.rules, host, addrs, port); i >= 0 {
+		return RuleName(i), nil
+	}
+	return "", &Refusal{Class: RefusedByRules, Port: port, Reason: fmt.Sprintf(
+		"%s port %d matches none of this Proxy's destination rules (spec.destinations)", host, port)}
 }
 
 // CheckRequest is the part of Decide a proxy can make before it resolves

@@ -28,10 +28,16 @@ const (
 
 // buildSecret holds the Proxy's htpasswd file.
 func (p *Provider) buildSecret(s spec) *corev1.Secret {
+	return usersSecret(p.meta(s), s.req.ClientAuth)
+}
+
+// usersSecret is the users' Secret with meta, for Create and for a Secret
+// made again beside its Pod.
+func usersSecret(meta metav1.ObjectMeta, users provider.Sensitive) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: p.meta(s),
+		ObjectMeta: meta,
 		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{usersKey: []byte(s.req.ClientAuth.Reveal())},
+		Data:       map[string][]byte{usersKey: []byte(users.Reveal())},
 	}
 }
 
@@ -114,14 +120,10 @@ func (p *Provider) remakeSecret(ctx context.Context, c clientset.Interface, ns, 
 	if err != nil {
 		return "", classify(err, "reading pod "+id)
 	}
-	sec := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: ns,
-			Labels: pod.Labels, Annotations: pod.Annotations, OwnerReferences: pod.OwnerReferences,
-		},
-		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{usersKey: []byte(users.Reveal())},
-	}
+	sec := usersSecret(metav1.ObjectMeta{
+		Name: name, Namespace: ns,
+		Labels: pod.Labels, Annotations: pod.Annotations, OwnerReferences: pod.OwnerReferences,
+	}, users)
 	if _, err := c.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
 		// AlreadyExists: a concurrent call made it; the next pass compares.
 		return "", classify(err, "creating secret "+id)

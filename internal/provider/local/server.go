@@ -474,13 +474,12 @@ func (s *server) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 		// the lookup's error says why, in the log only.
 		return nil, &egress.Refusal{Class: egress.RefusedUnresolved, Reason: "the name does not resolve: " + err.Error()}
 	}
-	policy := s.acl.Load().policy
-	if err := policy.CheckDestination(host, addrs, port); err != nil {
+	rule, err := s.acl.Load().policy.AllowedBy(host, addrs, port)
+	if err != nil {
 		return nil, err
 	}
 	// Allowed, whether or not the connection then succeeds (as Squid's
 	// annotation is made before it connects).
-	rule := policy.DecidingRule(host, addrs, port)
 	accessOf(ctx).decide(egress.DecisionAllowed, rule)
 	var first error
 	for _, a := range addrs {
