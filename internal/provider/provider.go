@@ -102,6 +102,15 @@ type Instance struct {
 	// proxy does not answer yet ("the Squid container's readiness probe
 	// fails", "cloud-init running"); shown in the Ready condition.
 	ServingDetail string
+	// LastAnswered, from a signal that knows it, is when the proxy last
+	// answered; zero when it never has (or the signal cannot tell). It
+	// tells "stopped answering" from "not answering yet".
+	LastAnswered time.Time
+	// SetupError, from a signal that knows it, is the guest's setup
+	// failure in one line (cloud-init's first error): the proxy does not
+	// answer and will not without a change, so it is not replaced in a
+	// loop. Never a secret (a guest's error line names modules and files).
+	SetupError string
 	// Host, when set, is a stable name clients should use instead of IP
 	// (a Service's DNS name for Pods, whose IPs change on replacement).
 	// status.endpoint is Host:port then, and status.ip stays the IP.

@@ -110,8 +110,9 @@ func vmParams(in CloudConfigParams) Params {
 		CoredumpDir:  vmCoredumpDir,
 		// The journal (syslog, which journald takes with the unit's name):
 		// journalctl -u squid -o cat shows the JSON lines.
-		AccessLog: "syslog:daemon.info",
-		CacheLog:  vmLogDir + "/cache.log",
+		AccessLog:    "syslog:daemon.info",
+		CacheLog:     vmLogDir + "/cache.log",
+		ServingProbe: true,
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 )
 
 // Params are the inputs of a generated squid.conf.
@@ -46,6 +47,11 @@ type Params struct {
 	// password (HTTP basic) that the htpasswd file at Auth.PasswordFile
 	// holds; nil: clients are admitted by range alone.
 	Auth *Auth
+	// ServingProbe makes Squid answer the guest's serving reporter
+	// (servingreport): a request from the VM's own loopback for
+	// servingreport.ProbeHost is refused by Squid itself, before any
+	// rule that resolves or connects, and is not logged.
+	ServingProbe bool
 	// EffectiveUser is written as cache_effective_user when set. Squid
 	// started as a non-root user stays that user, so a Pod leaves it empty;
 	// so does a VM, whose packaged Squid drops to the package's user.
@@ -152,7 +158,19 @@ func Config(sp Params) string {
 	for _, a := range allows {
 		w("acl %s annotate_transaction decision=%s rule=%s", decidedACL(a.rule), egress.DecisionAllowed, a.rule)
 	}
+	if sp.ServingProbe {
+		w("acl serving_probe_client src 127.0.0.1/32")
+		w("acl serving_probe_host dstdomain -n %s", servingreport.ProbeHost)
+		w("acl %s annotate_transaction rule=%s", decidedACL(ruleServingProbe), ruleServingProbe)
+		w("acl serving_probe note rule %s", ruleServingProbe)
+	}
 	w("")
+	if sp.ServingProbe {
+		// The reporter's question is answered here, before the clients'
+		// rule (loopback may not be an admitted client) and before any
+		// rule that would resolve the name.
+		w("http_access deny serving_probe_client serving_probe_host %s", decidedACL(ruleServingProbe))
+	}
 	// Clients first: a client that may not use the proxy makes it resolve
 	// nothing.
 	w("http_access deny !allowed_clients %s", decidedACL(egress.RuleClientRanges))
@@ -183,16 +201,21 @@ func Config(sp Params) string {
 	// Only requests: a connection that sends none (a TCP readiness probe,
 	// every few seconds) is no line.
 	w("acl has_request has request")
+	logged := "has_request"
+	if sp.ServingProbe {
+		// The reporter's question every few seconds is no line.
+		logged += " !serving_probe"
+	}
 	if sp.Auth != nil {
 		// A name that failed authentication is not logged (it may be a
 		// password typed into the wrong field): such lines get a format
 		// without it.
 		w("acl refused_by_auth note rule %s", egress.RuleClientAuth)
 		w("logformat egress_refused_auth %s", accessLogFormat(`"`+egress.NoValue+`"`))
-		w("access_log %s logformat=egress_refused_auth has_request refused_by_auth", accessLog)
-		w("access_log %s logformat=egress has_request !refused_by_auth", accessLog)
+		w("access_log %s logformat=egress_refused_auth %s refused_by_auth", accessLog, logged)
+		w("access_log %s logformat=egress %s !refused_by_auth", accessLog, logged)
 	} else {
-		w("access_log %s logformat=egress has_request", accessLog)
+		w("access_log %s logformat=egress %s", accessLog, logged)
 	}
 	w("cache_log %s", orDefault(sp.CacheLog, "/dev/stderr"))
 	w("cache_store_log none")
@@ -225,6 +248,10 @@ func Config(sp Params) string {
 	w("shutdown_lifetime 5 seconds")
 	return b.String()
 }
+
+// ruleServingProbe is the access log's rule for the reporter's question
+// (never written: the line is not logged).
+const ruleServingProbe = "serving-probe"
 
 // allow is one http_access allow line: its ACLs and the access log's rule
 // for what it lets through.

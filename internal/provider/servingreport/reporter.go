@@ -1,0 +1,191 @@
+package servingreport
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Interval is how often the guest's reporter asks the proxy.
+const Interval = 10 * time.Second
+
+// Publish is where the reporter publishes its report.
+type Publish string
+
+const (
+	// PublishFile writes ReportPath, which the hypervisor reads through the
+	// QEMU guest agent (libvirt, Proxmox).
+	PublishFile Publish = "file"
+	// PublishGuestAttribute PUTs the report to the GCE metadata server's
+	// guest attributes (the instance needs enable-guest-attributes).
+	PublishGuestAttribute Publish = "guest-attribute"
+)
+
+// Names of what the installer writes on the guest.
+const (
+	ReporterPath = "/usr/local/libexec/egress-proxy-serving"
+	ServiceName  = "egress-proxy-serving.service"
+	TimerName    = "egress-proxy-serving.timer"
+	unitDir      = "/etc/systemd/system"
+)
+
+// reporterScript asks the proxy on 127.0.0.1:$1 for http://ProbeHost/ and
+// publishes the report ($2: file or guest-attribute). bash for /dev/tcp
+// (Debian's and Ubuntu's base images have bash, awk, date and coreutils;
+// no curl). Any HTTP status line is an answer: the generated Squid refuses
+// the name itself, another proxy fails to resolve it. answered= carries
+// over from the last report, so "stopped answering" survives a run.
+//
+// EGRESS_PROXY_METADATA (host:port) and EGRESS_PROXY_REPORT override the
+// metadata server and the report's file, for tests only.
+const reporterScript = `#!/bin/bash
+# egress-proxies-operator: publishes whether this VM's egress proxy answers
+# (the operator's serving signal). Asks the local proxy for a name under
+# .invalid, which it answers itself without sending anything anywhere.
+set -u
+export LC_ALL=C
+port=${1:?usage: egress-proxy-serving PORT file|guest-attribute}
+publish=${2:?usage: egress-proxy-serving PORT file|guest-attribute}
+report=${EGRESS_PROXY_REPORT:-@REPORT@}
+metadata=${EGRESS_PROXY_METADATA:-169.254.169.254:80}
+
+now=$(date +%s)
+answered=$(sed -n 's/^answered=//p' "$report" 2>/dev/null | head -n 1)
+serving=no
+if exec 3<>"/dev/tcp/127.0.0.1/$port"; then
+	printf 'GET http://@PROBE@/ HTTP/1.0\r\nHost: @PROBE@\r\n\r\n' >&3
+	if IFS= read -r -t 5 status <&3 && [[ $status == HTTP/* ]]; then
+		serving=yes
+		answered=$now
+	fi
+	exec 3<&- 3>&-
+fi 2>/dev/null
+
+version=$(squid -v 2>/dev/null | sed -n '1s/^.*Version //p')
+ci=
+ci_error=
+if command -v cloud-init >/dev/null 2>&1; then
+	long=$(cloud-init status --long 2>/dev/null)
+	ci=$(printf '%s\n' "$long" | awk '@STATUS_AWK@')
+	if [ "$ci" = error ]; then
+		ci_error=$(printf '%s\n' "$long" | awk '@ERROR_AWK@' | tr -cd '[:print:]' | cut -c1-@MAXERR@)
+	fi
+fi
+
+body=$(printf 'v=1\nserving=%s\nchecked=%s\nanswered=%s\nversion=%s\ncloud_init=%s\ncloud_init_error=%s\n' \
+	"$serving" "$now" "$answered" "$version" "$ci" "$ci_error")
+
+case $publish in
+file)
+	mkdir -p "$(dirname "$report")"
+	printf '%s\n' "$body" >"$report.tmp" && mv -f "$report.tmp" "$report"
+	;;
+guest-attribute)
+	# The guest attribute, and a copy for the next run's answered=.
+	mkdir -p "$(dirname "$report")"
+	printf '%s\n' "$body" >"$report.tmp" && mv -f "$report.tmp" "$report"
+	exec 4<>"/dev/tcp/${metadata%:*}/${metadata##*:}" || exit 1
+	printf 'PUT /computeMetadata/v1/instance/guest-attributes/@NAMESPACE@/@KEY@ HTTP/1.0\r\nHost: metadata.google.internal\r\nMetadata-Flavor: Google\r\nContent-Length: %d\r\n\r\n%s\n' \
+		"$((${#body} + 1))" "$body" >&4
+	IFS= read -r -t 5 status <&4
+	exec 4<&- 4>&-
+	[[ ${status:-} == HTTP/*\ 200* ]] || { echo "guest attribute not written: ${status:-no answer}" >&2; exit 1; }
+	;;
+*)
+	echo "unknown publish $publish" >&2
+	exit 2
+	;;
+esac
+`
+
+// statusAWK prints cloud-init status's word from `cloud-init status
+// --long`.
+const statusAWK = `/^status:/ { sub(/^status:[ \t]*/, ""); print; exit }`
+
+// errorAWK prints the first error line of `cloud-init status --long`:
+// the first item under "errors:" (cloud-init 23.4 and later), else what
+// follows "detail:" (22.4: the errors, one per line, on the lines after
+// it).
+const errorAWK = `/^errors:/ { e = 1; next }
+e && NF { sub(/^[ \t-]+/, ""); print; exit }
+/^detail:/ { d = $0; sub(/^detail:[ \t]*/, "", d); if (d == "") { nd = 1 } else { first = d }; next }
+nd && NF && first == "" { first = $0; nd = 0 }
+END { if (!e && first != "") print first }`
+
+// Reporter is the reporter's script, as the installer writes it.
+func Reporter() string {
+	return strings.NewReplacer(
+		"@REPORT@", ReportPath,
+		"@PROBE@", ProbeHost,
+		"@STATUS_AWK@", statusAWK,
+		"@ERROR_AWK@", errorAWK,
+		"@MAXERR@", fmt.Sprint(maxErrorLen),
+		"@NAMESPACE@", GuestAttributeNamespace,
+		"@KEY@", GuestAttributeKey,
+	).Replace(reporterScript)
+}
+
+// Service is the reporter's unit: one run, sandboxed (it reads cloud-init's
+// status, connects to loopback and, on GCE, the metadata server, and writes
+// only /run/egress-proxy).
+func Service(port int32, publish Publish) string { return service(ReporterPath, port, publish) }
+
+func service(reporter string, port int32, publish Publish) string {
+	return fmt.Sprintf(`[Unit]
+Description=Publish whether this VM's egress proxy answers (egress-proxies-operator)
+Documentation=https://github.com/egress-proxies-operator/egress-proxies-operator/blob/main/docs/provider-contract.md
+
+[Service]
+Type=oneshot
+ExecStart=%s %d %s
+TimeoutStartSec=30
+RuntimeDirectory=egress-proxy
+RuntimeDirectoryPreserve=yes
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+PrivateDevices=yes
+NoNewPrivileges=yes
+CapabilityBoundingSet=
+RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX
+LogLevelMax=notice
+`, reporter, port, publish)
+}
+
+// Timer runs the reporter every Interval from boot.
+func Timer() string {
+	return fmt.Sprintf(`[Unit]
+Description=Publish whether this VM's egress proxy answers, every %[1]s (egress-proxies-operator)
+
+[Timer]
+OnActiveSec=0
+OnUnitActiveSec=%[1]s
+AccuracySec=1s
+
+[Install]
+WantedBy=timers.target
+`, fmt.Sprintf("%ds", int(Interval/time.Second)))
+}
+
+// Installer is a POSIX sh fragment, run as root once per instance (a
+// NoCloud vendor-data script, a GCE startup script), that writes the
+// reporter and its units and starts the timer. It needs systemd; without
+// it, it says so and exits 0, so the rest of a vendor-data still runs (the
+// provider then reads no report, and says so in the condition).
+func Installer(port int32, publish Publish) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# egress-proxies-operator: the serving reporter (%s every %s).\n", publish, Interval)
+	b.WriteString("if command -v systemctl >/dev/null 2>&1; then\n")
+	for _, f := range []struct{ path, mode, content string }{
+		{ReporterPath, "0755", Reporter()},
+		{unitDir + "/" + ServiceName, "0644", Service(port, publish)},
+		{unitDir + "/" + TimerName, "0644", Timer()},
+	} {
+		fmt.Fprintf(&b, "\tmkdir -p %s\n", f.path[:strings.LastIndex(f.path, "/")])
+		fmt.Fprintf(&b, "\tcat >%s <<'EGRESS_PROXY_EOF'\n%sEGRESS_PROXY_EOF\n", f.path, f.content)
+		fmt.Fprintf(&b, "\tchmod %s %s\n", f.mode, f.path)
+	}
+	fmt.Fprintf(&b, "\tsystemctl daemon-reload\n\tsystemctl enable --now %s\n", TimerName)
+	b.WriteString("else\n\techo 'egress-proxies-operator: no systemd, no serving reporter' >&2\nfi\n")
+	return b.String()
+}

@@ -1,0 +1,263 @@
+package servingreport
+
+// The reporter is run as the guest runs it: the real bash script, against
+// a loopback listener standing in for the proxy, with cloud-init and squid
+// replaced on PATH by scripts that print what the real commands print
+// (testdata: cloud-init status --long of 22.4, Debian 12's, and of 24.4).
+// The real Squid's answer is checked in the squid package, the whole
+// chain on the libvirt guests (test/libvirt).
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// guest is a directory standing in for the guest: the reporter, its
+// report, and a bin directory first on PATH.
+type guest struct {
+	dir, report string
+	env         []string
+}
+
+func newGuest(t *testing.T, cloudInitOutput string) *guest {
+	t.Helper()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Fatalf("the reporter is a bash script: %v", err)
+	}
+	g := &guest{dir: t.TempDir()}
+	g.report = filepath.Join(g.dir, "run", "report")
+	bin := filepath.Join(g.dir, "bin")
+	write(t, filepath.Join(g.dir, "reporter"), Reporter(), 0o755)
+	write(t, filepath.Join(bin, "squid"), "#!/bin/sh\necho 'Squid Cache: Version 5.7'\necho 'Service Name: squid'\n", 0o755)
+	if cloudInitOutput != "" {
+		fixture := filepath.Join(g.dir, "cloud-init.txt")
+		write(t, fixture, cloudInitOutput, 0o644)
+		write(t, filepath.Join(bin, "cloud-init"), "#!/bin/sh\n[ \"$1 $2\" = 'status --long' ] || exit 3\ncat "+fixture+"\n", 0o755)
+	}
+	g.env = append(os.Environ(), "PATH="+bin+":/usr/bin:/bin", "EGRESS_PROXY_REPORT="+g.report)
+	return g
+}
+
+func write(t *testing.T, path, content string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// run runs the reporter once and returns its report as published.
+func (g *guest) run(t *testing.T, port int, publish Publish, extraEnv ...string) (Report, string) {
+	t.Helper()
+	cmd := exec.Command("bash", filepath.Join(g.dir, "reporter"), strconv.Itoa(port), string(publish))
+	cmd.Env = append(g.env, extraEnv...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("reporter: %v\n%s", err, out)
+	}
+	raw, err := os.ReadFile(g.report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Parse(string(raw))
+	if err != nil {
+		t.Fatalf("the reporter's report does not parse: %v\n%s", err, raw)
+	}
+	return r, string(out)
+}
+
+// fakeProxy answers every request with 403 from itself, as the generated
+// Squid answers the probe, and hands over each request line it read.
+func fakeProxy(t *testing.T) (port int, requests <-chan string, stop func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := make(chan string, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				reqs <- strings.TrimRight(line, "\r\n")
+				io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nServer: squid\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port, reqs, func() { ln.Close() }
+}
+
+func TestReporter_AnswersThenStops(t *testing.T) {
+	g := newGuest(t, readFixture(t, "cloud-init-22.4-done.txt"))
+	port, requests, stop := fakeProxy(t)
+	before := time.Now().Add(-time.Second)
+
+	r, _ := g.run(t, port, PublishFile)
+	if got := <-requests; got != "GET http://"+ProbeHost+"/ HTTP/1.0" {
+		t.Errorf("the reporter asked %q, want a GET for http://%s/", got, ProbeHost)
+	}
+	if !r.Serving || r.Answered.Before(before) || r.Checked.Before(before) || r.Version != "5.7" || r.CloudInit != CloudInitDone || r.CloudInitError != "" {
+		t.Fatalf("while the proxy answers: %+v", r)
+	}
+	answered := r.Answered
+
+	stop()
+	r, _ = g.run(t, port, PublishFile)
+	if r.Serving || !r.Answered.Equal(answered) {
+		t.Fatalf("after the proxy stopped: %+v, want serving no and answered kept at %v", r, answered)
+	}
+	if s := r.Signal(time.Now()); !strings.HasPrefix(s.Detail, "stopped answering") {
+		t.Errorf("signal after a stop: %+v", s)
+	}
+}
+
+func TestReporter_NeverAnswered(t *testing.T) {
+	g := newGuest(t, readFixture(t, "cloud-init-22.4-running.txt"))
+	port, _, stop := fakeProxy(t)
+	stop() // nothing listens on port
+	r, _ := g.run(t, port, PublishFile)
+	if r.Serving || !r.Answered.IsZero() || r.CloudInit != CloudInitRunning {
+		t.Fatalf("with nothing listening: %+v", r)
+	}
+}
+
+func TestReporter_CloudInitErrorLine(t *testing.T) {
+	for _, tc := range []struct{ fixture, want string }{
+		{"cloud-init-22.4-error.txt", `('package-update-upgrade-install', ProcessExecutionError("Unexpected error while running command.\nCommand: ['eatmydata', 'apt-get', 'update']\nExit code: 100"))`},
+		{"cloud-init-24.4-error.txt", `('scripts_user', RuntimeError('Runparts: 1 failures (runcmd) in /var/lib/cloud/instance/scripts'))`},
+	} {
+		t.Run(tc.fixture, func(t *testing.T) {
+			g := newGuest(t, readFixture(t, tc.fixture))
+			r, _ := g.run(t, 1, PublishFile)
+			if r.CloudInit != CloudInitError || r.CloudInitError != tc.want {
+				t.Errorf("cloud-init %q, error line:\n got %s\nwant %s", r.CloudInit, r.CloudInitError, tc.want)
+			}
+		})
+	}
+}
+
+func TestReporter_WithoutCloudInit(t *testing.T) {
+	g := newGuest(t, "")
+	// Only the tools the reporter uses, so no cloud-init of this machine's.
+	bin := filepath.Join(g.dir, "bin")
+	for _, tool := range []string{"sed", "awk", "date", "head", "tr", "cut", "dirname", "mkdir", "mv"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.env = append(g.env, "PATH="+bin)
+	r, _ := g.run(t, 1, PublishFile)
+	if r.CloudInit != "" || r.CloudInitError != "" {
+		t.Errorf("a guest without cloud-init reported %+v", r)
+	}
+}
+
+// TestReporter_GuestAttribute: on GCE the report is PUT to the metadata
+// server's guest attributes, with the header the server requires.
+func TestReporter_GuestAttribute(t *testing.T) {
+	type put struct {
+		method, path, flavor, body string
+	}
+	puts := make(chan put, 4)
+	md := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		puts <- put{r.Method, r.URL.Path, r.Header.Get("Metadata-Flavor"), string(b)}
+	}))
+	defer md.Close()
+	g := newGuest(t, readFixture(t, "cloud-init-22.4-done.txt"))
+	port, _, stop := fakeProxy(t)
+	defer stop()
+	g.run(t, port, PublishGuestAttribute, "EGRESS_PROXY_METADATA="+strings.TrimPrefix(md.URL, "http://"))
+	p := <-puts
+	if p.method != http.MethodPut || p.path != "/computeMetadata/v1/instance/guest-attributes/"+GuestAttributeNamespace+"/"+GuestAttributeKey || p.flavor != "Google" {
+		t.Fatalf("the reporter sent %s %s with Metadata-Flavor %q", p.method, p.path, p.flavor)
+	}
+	r, err := Parse(p.body)
+	if err != nil || !r.Serving || r.CloudInit != CloudInitDone {
+		t.Fatalf("the guest attribute's value %q: %+v, %v", p.body, r, err)
+	}
+}
+
+func readFixture(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestUnits_SystemdVerify: systemd accepts the units as generated, and
+// refuses a broken one (so the check can fail).
+func TestUnits_SystemdVerify(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skipf("systemd-analyze is not installed: %v", err)
+	}
+	dir := t.TempDir()
+	reporter := filepath.Join(dir, "egress-proxy-serving")
+	write(t, reporter, Reporter(), 0o755)
+	verify := func(service string) (string, error) {
+		write(t, filepath.Join(dir, ServiceName), service, 0o644)
+		write(t, filepath.Join(dir, TimerName), Timer(), 0o644)
+		out, err := exec.Command(sa, "verify", filepath.Join(dir, TimerName), filepath.Join(dir, ServiceName)).CombinedOutput()
+		return string(out), err
+	}
+	for _, p := range []Publish{PublishFile, PublishGuestAttribute} {
+		if out, err := verify(service(reporter, 3128, p)); err != nil || out != "" {
+			t.Errorf("systemd-analyze verify refused the %s units: %v\n%s", p, err, out)
+		}
+	}
+	broken := strings.Replace(service(reporter, 3128, PublishFile), "ProtectSystem=strict", "ProtectSystem=everything", 1)
+	if out, err := verify(broken); !strings.Contains(out, "everything") {
+		t.Errorf("systemd-analyze verify took a broken unit: %v\n%s", err, out)
+	}
+}
+
+// TestInstaller_WritesWhatItSays: the installer is valid sh, and the files
+// its here-documents write are the reporter and the units byte for byte.
+func TestInstaller_WritesWhatItSays(t *testing.T) {
+	inst := Installer(3128, PublishFile)
+	if out, err := exec.Command("sh", "-n", "-c", inst).CombinedOutput(); err != nil {
+		t.Fatalf("sh -n: %v\n%s", err, out)
+	}
+	for path, want := range map[string]string{
+		ReporterPath:                Reporter(),
+		unitDir + "/" + ServiceName: Service(3128, PublishFile),
+		unitDir + "/" + TimerName:   Timer(),
+	} {
+		start := "cat >" + path + " <<'EGRESS_PROXY_EOF'\n"
+		i := strings.Index(inst, start)
+		if i < 0 {
+			t.Fatalf("the installer does not write %s", path)
+		}
+		body, _, ok := strings.Cut(inst[i+len(start):], "EGRESS_PROXY_EOF\n")
+		if !ok || body != want {
+			t.Errorf("the installer writes %s as\n%s\nwant\n%s", path, body, want)
+		}
+	}
+	if !strings.Contains(inst, "systemctl enable --now "+TimerName) {
+		t.Error("the installer does not start the timer")
+	}
+}
