@@ -1,6 +1,11 @@
 package nocloud
 
-import "github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+import (
+	"strings"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
+)
 
 // GuestAgentVendorData is the vendor-data of the VM providers whose
 // hypervisor reads the VM's addresses through the QEMU guest agent
@@ -66,3 +71,20 @@ else
 fi
 log "qemu-guest-agent started"
 `
+
+// VendorData is the vendor-data of a VM whose proxy listens on port: a
+// script that installs the serving reporter (servingreport, publishing to
+// the file the hypervisor reads through the guest agent) and, with
+// installAgent, then installs and starts the QEMU guest agent as
+// GuestAgentVendorData does. The reporter comes first: its install never
+// fails the script, and the agent's may.
+func VendorData(port int32, installAgent bool) provider.Sensitive {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n")
+	b.WriteString(servingreport.Installer(port, servingreport.PublishFile))
+	if installAgent {
+		_, agent, _ := strings.Cut(GuestAgentVendorData.Reveal(), "\n")
+		b.WriteString(agent)
+	}
+	return provider.Sensitive(b.String())
+}

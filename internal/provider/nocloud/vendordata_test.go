@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 )
 
 func TestNoCloudSeed_GuestAgentVendorDataIsAShellScript(t *testing.T) {
@@ -146,6 +148,74 @@ func TestNoCloudSeed_GuestAgentVendorDataInstallsAndStarts(t *testing.T) {
 			}
 			if strings.Join(calls, "\n") != strings.Join(tt.rerunWant, "\n") {
 				t.Fatalf("second run calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(tt.rerunWant, "\n"))
+			}
+		})
+	}
+}
+
+// TestVendorData_InstallsTheReporterThenTheAgent runs the whole
+// vendor-data with / at a temporary directory: it writes the reporter and
+// its units, starts the timer, then installs and starts the agent; a
+// failing agent install fails the script after the reporter is in place.
+func TestVendorData_InstallsTheReporterThenTheAgent(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		installAgent bool
+		apt          string
+		want         []string
+		wantFail     bool
+	}{
+		{name: "with the agent", installAgent: true, apt: aptWithLists,
+			want: []string{"systemctl daemon-reload", "systemctl enable --now " + servingreport.TimerName,
+				"apt-get -o DPkg::Lock::Timeout=300 -y install --no-install-recommends qemu-guest-agent",
+				"systemctl enable qemu-guest-agent", "systemctl start qemu-guest-agent"}},
+		{name: "without the agent", installAgent: false, apt: aptWithLists,
+			want: []string{"systemctl daemon-reload", "systemctl enable --now " + servingreport.TimerName}},
+		{name: "the agent's install fails after the reporter is in", installAgent: true, apt: "exit 100", wantFail: true,
+			want: []string{"systemctl daemon-reload", "systemctl enable --now " + servingreport.TimerName,
+				"apt-get -o DPkg::Lock::Timeout=300 -y install --no-install-recommends qemu-guest-agent",
+				"apt-get -o DPkg::Lock::Timeout=300 -y update"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, bin := t.TempDir(), t.TempDir()
+			calls := filepath.Join(bin, ".calls")
+			for name, body := range map[string]string{"systemctl": ":", "apt-get": tc.apt} {
+				stub := "#!/bin/sh\necho \"" + name + " $*\" >> \"$CALLS\"\n" + body + "\n"
+				if err := os.WriteFile(filepath.Join(bin, name), []byte(stub), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, tool := range []string{"mkdir", "cat", "chmod"} {
+				p, err := exec.LookPath(tool)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := exec.Command("/bin/sh", "-c", VendorData(3128, tc.installAgent).Reveal())
+			cmd.Env = []string{"PATH=" + bin, "STUBS=" + bin, "CALLS=" + calls, "EGRESS_PROXY_ROOT=" + root}
+			out, err := cmd.CombinedOutput()
+			if (err != nil) != tc.wantFail {
+				t.Fatalf("vendor-data: %v, want failure %v\n%s", err, tc.wantFail, out)
+			}
+			b, _ := os.ReadFile(calls)
+			if got := strings.TrimSpace(string(b)); got != strings.Join(tc.want, "\n") {
+				t.Errorf("calls:\n%s\nwant:\n%s", got, strings.Join(tc.want, "\n"))
+			}
+			for path, want := range map[string]string{
+				servingreport.ReporterPath:                         servingreport.Reporter(),
+				"/etc/systemd/system/" + servingreport.ServiceName: servingreport.Service(3128, servingreport.PublishFile),
+				"/etc/systemd/system/" + servingreport.TimerName:   servingreport.Timer(),
+			} {
+				got, err := os.ReadFile(filepath.Join(root, path))
+				if err != nil || string(got) != want {
+					t.Errorf("%s as written: %v\n%s", path, err, got)
+				}
+			}
+			if fi, err := os.Stat(filepath.Join(root, servingreport.ReporterPath)); err != nil || fi.Mode().Perm() != 0o755 {
+				t.Errorf("the reporter's mode: %v %v", fi, err)
 			}
 		})
 	}

@@ -175,15 +175,17 @@ WantedBy=timers.target
 func Installer(port int32, publish Publish) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# egress-proxies-operator: the serving reporter (%s every %s).\n", publish, Interval)
+	// EGRESS_PROXY_ROOT is for tests only: where / is.
+	b.WriteString("root=${EGRESS_PROXY_ROOT:-}\n")
 	b.WriteString("if command -v systemctl >/dev/null 2>&1; then\n")
 	for _, f := range []struct{ path, mode, content string }{
 		{ReporterPath, "0755", Reporter()},
 		{unitDir + "/" + ServiceName, "0644", Service(port, publish)},
 		{unitDir + "/" + TimerName, "0644", Timer()},
 	} {
-		fmt.Fprintf(&b, "\tmkdir -p %s\n", f.path[:strings.LastIndex(f.path, "/")])
-		fmt.Fprintf(&b, "\tcat >%s <<'EGRESS_PROXY_EOF'\n%sEGRESS_PROXY_EOF\n", f.path, f.content)
-		fmt.Fprintf(&b, "\tchmod %s %s\n", f.mode, f.path)
+		fmt.Fprintf(&b, "\tmkdir -p \"$root%s\"\n", f.path[:strings.LastIndex(f.path, "/")])
+		fmt.Fprintf(&b, "\tcat >\"$root%s\" <<'EGRESS_PROXY_EOF'\n%sEGRESS_PROXY_EOF\n", f.path, f.content)
+		fmt.Fprintf(&b, "\tchmod %s \"$root%s\"\n", f.mode, f.path)
 	}
 	fmt.Fprintf(&b, "\tsystemctl daemon-reload\n\tsystemctl enable --now %s\n", TimerName)
 	b.WriteString("else\n\techo 'egress-proxies-operator: no systemd, no serving reporter' >&2\nfi\n")

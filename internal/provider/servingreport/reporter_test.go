@@ -247,7 +247,7 @@ func TestInstaller_WritesWhatItSays(t *testing.T) {
 		unitDir + "/" + ServiceName: Service(3128, PublishFile),
 		unitDir + "/" + TimerName:   Timer(),
 	} {
-		start := "cat >" + path + " <<'EGRESS_PROXY_EOF'\n"
+		start := "cat >\"$root" + path + "\" <<'EGRESS_PROXY_EOF'\n"
 		i := strings.Index(inst, start)
 		if i < 0 {
 			t.Fatalf("the installer does not write %s", path)
