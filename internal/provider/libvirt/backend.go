@@ -66,6 +66,10 @@ type backend interface {
 	// image, snapshot and checkpoint metadata, so nothing of it is left.
 	DomainUndefine(ctx context.Context, dom libvirt.Domain) error
 	DomainInterfaceAddresses(ctx context.Context, dom libvirt.Domain, src libvirt.DomainInterfaceAddressesSource) ([]libvirt.DomainInterface, error)
+	// DomainAgentCommand sends one QEMU guest agent command (its JSON)
+	// and returns the agent's JSON answer; the agent has timeoutSec to
+	// answer. libvirt marks the domain tainted (custom-ga-command) once.
+	DomainAgentCommand(ctx context.Context, dom libvirt.Domain, cmd string, timeoutSec int32) (string, error)
 
 	// Disconnected is closed once the connection is dead; the host table
 	// then dials a new one.
@@ -413,6 +417,16 @@ func (b *libvirtBackend) DomainUndefine(ctx context.Context, dom libvirt.Domain)
 func (b *libvirtBackend) DomainInterfaceAddresses(ctx context.Context, dom libvirt.Domain, src libvirt.DomainInterfaceAddressesSource) ([]libvirt.DomainInterface, error) {
 	return call(ctx, b, "DomainInterfaceAddresses", func() ([]libvirt.DomainInterface, error) {
 		return b.l.DomainInterfaceAddresses(dom, uint32(src), 0)
+	})
+}
+
+func (b *libvirtBackend) DomainAgentCommand(ctx context.Context, dom libvirt.Domain, cmd string, timeoutSec int32) (string, error) {
+	return call(ctx, b, "DomainAgentCommand", func() (string, error) {
+		res, err := b.l.QEMUDomainAgentCommand(dom, cmd, timeoutSec, 0)
+		if err != nil || len(res) == 0 {
+			return "", err
+		}
+		return res[0], nil
 	})
 }
 

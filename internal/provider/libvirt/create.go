@@ -37,7 +37,8 @@ type plan struct {
 	machine    MachineType
 	image      imageRef
 	// userData is the Proxy's cloud-init or the generated Squid
-	// cloud-config; vendorData the guest-agent script or the site's own.
+	// cloud-config; vendorData the serving reporter's and guest agent's
+	// script (nocloud.VendorData) or the site's own.
 	userData   provider.Sensitive
 	vendorData provider.Sensitive
 }
@@ -484,11 +485,10 @@ func (p *Provider) resolve(req provider.CreateRequest) (plan, error) {
 	if pl.userData, err = squid.UserData(req, p.dest, pl.image.Family); err != nil {
 		return plan{}, err
 	}
-	switch {
-	case p.cfg.VendorData != "":
+	if p.cfg.VendorData != "" {
 		pl.vendorData = provider.Sensitive(p.cfg.VendorData)
-	case p.cfg.InstallGuestAgent != nil && *p.cfg.InstallGuestAgent:
-		pl.vendorData = nocloud.GuestAgentVendorData
+	} else {
+		pl.vendorData = nocloud.VendorData(req.Port, p.cfg.InstallGuestAgent != nil && *p.cfg.InstallGuestAgent)
 	}
 	return pl, nil
 }

@@ -2,6 +2,8 @@ package libvirt
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 )
 
 // fakeHost is the unit-test double behind the seam: one libvirt host in
@@ -77,6 +80,11 @@ type fakeDomain struct {
 	state    libvirt.DomainState
 	metadata map[string]string
 	ifaces   map[libvirt.DomainInterfaceAddressesSource][]libvirt.DomainInterface
+	// guestFiles are the guest's files its agent reads; nil is a healthy
+	// guest whose reporter says its proxy answers, once its agent is up
+	// (it reports an address).
+	guestFiles map[string]string
+	handles    map[int64]string
 }
 
 // fakeGate holds calls until released.
@@ -206,6 +214,65 @@ func (c *fakeConn) Close() error {
 
 // kill ends the connection as a dead transport would.
 func (c *fakeConn) kill() { _ = c.Close() }
+
+func (c *fakeConn) DomainAgentCommand(ctx context.Context, dom libvirt.Domain, cmd string, timeoutSec int32) (v string, err error) {
+	err = c.do(ctx, "DomainAgentCommand", func() error {
+		d, err := c.domain(dom.Name)
+		if err != nil {
+			return err
+		}
+		if d.state != libvirt.DomainRunning {
+			return lvErr(libvirt.ErrOperationInvalid, "Requested operation is not valid: domain is not running")
+		}
+		if d.guestFiles == nil && len(d.ifaces[libvirt.DomainInterfaceAddressesSrcAgent]) == 0 {
+			return lvErr(libvirt.ErrAgentUnresponsive, "Guest agent is not responding: QEMU guest agent is not connected")
+		}
+		v, err = d.agent(cmd)
+		return err
+	})
+	return v, err
+}
+
+// agent answers the guest-file commands as qemu-ga does, through libvirt.
+func (d *fakeDomain) agent(cmd string) (string, error) {
+	var c struct {
+		Execute   string `json:"execute"`
+		Arguments struct {
+			Path   string `json:"path"`
+			Handle int64  `json:"handle"`
+		} `json:"arguments"`
+	}
+	if err := json.Unmarshal([]byte(cmd), &c); err != nil {
+		return "", lvErr(libvirt.ErrInternalError, "internal error: cannot parse json %s: %v", cmd, err)
+	}
+	files := d.guestFiles
+	if files == nil {
+		files = map[string]string{servingreport.ReportPath: servingreport.Format(servingreport.Report{Serving: true, CloudInit: "done"})}
+	}
+	switch c.Execute {
+	case "guest-file-open":
+		content, ok := files[c.Arguments.Path]
+		if !ok {
+			return "", lvErr(libvirt.ErrInternalError, "internal error: unable to execute QEMU agent command 'guest-file-open': failed to open file '%s' (mode: 'r'): No such file or directory", c.Arguments.Path)
+		}
+		if d.handles == nil {
+			d.handles = map[int64]string{}
+		}
+		h := int64(1000 + len(d.handles))
+		d.handles[h] = content
+		return fmt.Sprintf(`{"return":%d}`, h), nil
+	case "guest-file-read":
+		content, ok := d.handles[c.Arguments.Handle]
+		if !ok {
+			return "", lvErr(libvirt.ErrInternalError, "internal error: unable to execute QEMU agent command 'guest-file-read': handle '%d' has not been found", c.Arguments.Handle)
+		}
+		return fmt.Sprintf(`{"return":{"count":%d,"buf-b64":"%s","eof":true}}`, len(content), base64.StdEncoding.EncodeToString([]byte(content))), nil
+	case "guest-file-close":
+		delete(d.handles, c.Arguments.Handle)
+		return `{"return":{}}`, nil
+	}
+	return "", lvErr(libvirt.ErrInternalError, "internal error: unable to execute QEMU agent command '%s': The command %s has not been found", c.Execute, c.Execute)
+}
 
 func lvErr(code libvirt.ErrorNumber, format string, args ...any) error {
 	return libvirt.Error{Code: uint32(code), Message: fmt.Sprintf(format, args...)}

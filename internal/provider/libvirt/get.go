@@ -96,7 +96,7 @@ func (p *Provider) readMarks(ctx context.Context, b backend, dom libvirt.Domain)
 }
 
 // describe is the instance dom, with its state and, while it runs, its
-// address.
+// address and whether its proxy answers (serving.go).
 func (p *Provider) describe(ctx context.Context, b backend, h Host, dom libvirt.Domain, md parsedMetadata) (provider.Instance, error) {
 	state, err := b.DomainGetState(ctx, dom)
 	if err != nil {
@@ -108,9 +108,17 @@ func (p *Provider) describe(ctx context.Context, b backend, h Host, dom libvirt.
 			return provider.Instance{}, err
 		}
 	}
-	return provider.Instance{
+	inst := provider.Instance{
 		ID: formatID(h.Name, dom.Name), UID: md.Marks.UID, State: mapState(state, ip), IP: ip, CreatedAt: md.CreatedAt,
-	}, nil
+	}
+	if inst.State == provider.StateRunning {
+		sig, err := p.serving(ctx, b, dom)
+		if err != nil {
+			return provider.Instance{}, err
+		}
+		sig.Apply(&inst)
+	}
+	return inst, nil
 }
 
 // addressSources are asked in this order: the guest agent knows the

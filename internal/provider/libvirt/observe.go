@@ -41,6 +41,9 @@ const (
 	attrVolume  = attribute.Key("libvirt.volume")
 	attrBytes   = attribute.Key("libvirt.bytes")
 	attrSource  = attribute.Key("libvirt.address_source")
+	// attrAgentCommand is a guest agent command's name, never its
+	// arguments.
+	attrAgentCommand = attribute.Key("libvirt.agent_command")
 	attrCode    = attribute.Key("libvirt.libvirt_code")
 	attrClass   = attribute.Key("libvirt.error_class")
 )
@@ -333,6 +336,13 @@ func (o *observed) DomainUndefine(ctx context.Context, dom libvirt.Domain) error
 func (o *observed) DomainInterfaceAddresses(ctx context.Context, dom libvirt.Domain, src libvirt.DomainInterfaceAddressesSource) ([]libvirt.DomainInterface, error) {
 	ctx, end := o.begin(ctx, "DomainInterfaceAddresses", attrDomain.String(dom.Name), attrSource.String(addressSourceName(src)))
 	v, err := o.inner.DomainInterfaceAddresses(ctx, dom, src)
+	end(err)
+	return v, err
+}
+
+func (o *observed) DomainAgentCommand(ctx context.Context, dom libvirt.Domain, cmd string, timeoutSec int32) (string, error) {
+	ctx, end := o.begin(ctx, "DomainAgentCommand", attrDomain.String(dom.Name), attrAgentCommand.String(agentCommandName(cmd)))
+	v, err := o.inner.DomainAgentCommand(ctx, dom, cmd, timeoutSec)
 	end(err)
 	return v, err
 }
