@@ -247,9 +247,15 @@ const (
 	ReasonProvisioning = "Provisioning"
 	// ReasonRunning: the instance serves at status.endpoint.
 	ReasonRunning = "Running"
-	// ReasonProxyNotAnswering: the instance runs with an address, and its
-	// provider's serving signal says the proxy on it does not answer.
+	// ReasonProxyStarting: the instance runs with an address, and its
+	// proxy does not answer yet (it never has on this instance).
+	ReasonProxyStarting = "ProxyStarting"
+	// ReasonProxyNotAnswering: the instance's proxy answered, then
+	// stopped; replaced after the entry's replaceUnhealthyAfter.
 	ReasonProxyNotAnswering = "ProxyNotAnswering"
+	// ReasonCloudInitFailed: the guest's cloud-init failed and its proxy
+	// does not answer; not replaced until the spec or user-data changes.
+	ReasonCloudInitFailed = "CloudInitFailed"
 	// ReasonReplacing: a spec change is being rolled out to a new instance;
 	// the old one serves until the new one runs.
 	ReasonReplacing = "Replacing"

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -67,6 +68,11 @@ type observation struct {
 	port         int32
 	providerName string
 	deleting     bool
+	// readyReason is the Ready condition's reason before this pass, and
+	// readyInstance the instance it was about (status.providerID).
+	readyReason, readyInstance string
+	// now is the reconciler's clock.
+	now time.Time
 }
 
 // of completes o with what px says.
@@ -76,6 +82,10 @@ func (o observation) of(px *egressv1.Proxy) observation {
 	o.port = createPort(px)
 	o.providerName = px.Spec.Provider
 	o.deleting = !px.DeletionTimestamp.IsZero()
+	if c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady); c != nil {
+		o.readyReason = c.Reason
+	}
+	o.readyInstance = px.Status.ProviderID
 	return o
 }
 
@@ -159,11 +169,7 @@ func deriveStatus(o observation) shown {
 			return shown{ready: metav1.ConditionTrue, reason: egressv1.ReasonRunning, message: "serving at " + endpoint,
 				phase: egressv1.PhaseRunning, address: setAddress, ip: inst.IP, endpoint: endpoint}
 		case inst.State == provider.StateRunning && inst.IP != "" && inst.Serving == provider.ServingNotAnswering:
-			note := fmt.Sprintf("instance %s runs at %s; its proxy does not answer", inst.ID, inst.IP)
-			if inst.ServingDetail != "" {
-				note += ": " + inst.ServingDetail
-			}
-			return o.notServing(egressv1.ReasonProxyNotAnswering, note, o.unlessServing(egressv1.PhaseProvisioning))
+			return o.notAnswering()
 		case inst.State == provider.StateStopped && inst.Progress != "":
 			// An unfinished create that a restart interrupted: no stop
 			// to warn about; its start shows as resuming.
@@ -176,6 +182,44 @@ func deriveStatus(o observation) shown {
 		return o.provisioning(describeState(inst.State))
 	}
 	return shown{keep: true} // no finding: nothing to show
+}
+
+// notAnswering shows a running instance whose proxy does not answer:
+// its guest's setup failed (a latch: nothing retries it), or it answered
+// before and stopped (autohealed after the entry's replaceUnhealthyAfter),
+// or it has not answered yet.
+func (o observation) notAnswering() shown {
+	inst := o.inst
+	detail := ""
+	if inst.ServingDetail != "" {
+		detail = ": " + inst.ServingDetail
+	}
+	switch {
+	case inst.SetupError != "":
+		return o.notServing(egressv1.ReasonCloudInitFailed,
+			fmt.Sprintf("instance %s runs at %s, its cloud-init failed and its proxy does not answer: %s; it is not replaced until the Proxy's spec or user-data changes",
+				inst.ID, inst.IP, inst.SetupError), o.unlessServing(egressv1.PhaseFailed))
+	case !inst.LastAnswered.IsZero() || o.stoppedAnswering():
+		return o.notServing(egressv1.ReasonProxyNotAnswering,
+			fmt.Sprintf("instance %s at %s stopped answering%s", inst.ID, inst.IP, detail), "")
+	}
+	waited := ""
+	if !inst.CreatedAt.IsZero() && !o.now.IsZero() && o.now.After(inst.CreatedAt) {
+		waited = fmt.Sprintf(" (%s after the instance was created)", o.now.Sub(inst.CreatedAt).Round(time.Second))
+	}
+	return o.notServing(egressv1.ReasonProxyStarting,
+		fmt.Sprintf("instance %s runs at %s; its proxy does not answer yet%s%s", inst.ID, inst.IP, detail, waited),
+		o.unlessServing(egressv1.PhaseProvisioning))
+}
+
+// stoppedAnswering: the Proxy showed this instance serving, or already
+// showed it stopped, for signals that do not say when the proxy last
+// answered (a Pod's readiness).
+func (o observation) stoppedAnswering() bool {
+	if o.readyInstance != o.inst.ID {
+		return false
+	}
+	return o.readyReason == egressv1.ReasonRunning || o.readyReason == egressv1.ReasonProxyNotAnswering
 }
 
 // deriveFailure shows a failed provider call by its class.
@@ -292,7 +336,9 @@ func (e *secretError) Error() string { return e.msg }
 // Warning event when Ready turns to a failure (proxy_events.go) or when a
 // failure leaves it True.
 func (r *ProxyReconciler) report(px *egressv1.Proxy, o observation) {
-	s := deriveStatus(o.of(px))
+	o = o.of(px)
+	o.now = r.progress.clock()
+	s := deriveStatus(o)
 	if s.keep {
 		return
 	}

@@ -19,10 +19,23 @@ var (
 	provisionsA = egressv1.ProxyStatus{ProviderID: "a", InstanceName: "A", Phase: egressv1.PhaseProvisioning}
 	servesA     = egressv1.ProxyStatus{ProviderID: "a", InstanceName: "A", Phase: egressv1.PhaseRunning,
 		IP: "10.0.0.1", Endpoint: "10.0.0.1:3128"}
+	// servesAReady is servesA with its Ready condition, as a pass left it.
+	servesAReady = withReady(servesA, metav1.ConditionTrue, egressv1.ReasonRunning)
+	// stoppedA: A stopped answering; nothing serves.
+	stoppedA = withReady(egressv1.ProxyStatus{ProviderID: "a", InstanceName: "A", Phase: egressv1.PhaseRunning},
+		metav1.ConditionFalse, egressv1.ReasonProxyNotAnswering)
 	// A serves while its replacement B provisions.
 	replacesAWithB = egressv1.ProxyStatus{ProviderID: "b", InstanceName: "B", RetiringProviderID: "a", RetiringInstanceName: "A",
 		Phase: egressv1.PhaseRunning, IP: "10.0.0.1", Endpoint: "10.0.0.1:3128"}
 )
+
+// t0 is when the table's instances were created.
+var t0 = time.Date(2026, 12, 2, 20, 59, 20, 0, time.UTC)
+
+func withReady(st egressv1.ProxyStatus, status metav1.ConditionStatus, reason string) egressv1.ProxyStatus {
+	st.Conditions = []metav1.Condition{{Type: egressv1.ConditionReady, Status: status, Reason: reason, Message: "as a pass left it"}}
+	return st
+}
 
 const whileReplaced = "serving at 10.0.0.1:3128 (instance a) while it is replaced: "
 
@@ -84,16 +97,38 @@ var statusTable = []statusRow{
 			phase: egressv1.PhaseRunning, address: setAddress, ip: "10.0.0.2", endpoint: "web.ns.svc:3128"}},
 	// The provider's serving signal (issue 22).
 	{name: "running, the proxy not answering yet", status: provisionsA,
-		o: observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateRunning, IP: "10.0.0.1",
-			Serving: provider.ServingNotAnswering, ServingDetail: "the Squid container's readiness probe does not pass"}},
-		want: falseFor(egressv1.ReasonProxyNotAnswering,
-			"instance a runs at 10.0.0.1; its proxy does not answer: the Squid container's readiness probe does not pass", egressv1.PhaseProvisioning)},
-	{name: "served, then stopped answering", status: servesA,
+		o: observation{seen: instanceSeen, now: t0.Add(95 * time.Second), inst: provider.Instance{ID: "a", State: provider.StateRunning, IP: "10.0.0.1", CreatedAt: t0,
+			Serving: provider.ServingNotAnswering, ServingDetail: "not answering yet (cloud-init: running)"}},
+		want: falseFor(egressv1.ReasonProxyStarting,
+			"instance a runs at 10.0.0.1; its proxy does not answer yet: not answering yet (cloud-init: running) (1m35s after the instance was created)", egressv1.PhaseProvisioning)},
+	{name: "running, not answering yet, age unknown", status: provisionsA,
 		o:    observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateRunning, IP: "10.0.0.1", Serving: provider.ServingNotAnswering}},
-		want: falseFor(egressv1.ReasonProxyNotAnswering, "instance a runs at 10.0.0.1; its proxy does not answer", "")},
+		want: falseFor(egressv1.ReasonProxyStarting, "instance a runs at 10.0.0.1; its proxy does not answer yet", egressv1.PhaseProvisioning)},
+	{name: "served, then stopped answering (the signal says when it last answered)", status: servesA,
+		o: observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateRunning, IP: "10.0.0.1", Serving: provider.ServingNotAnswering,
+			ServingDetail: "stopped answering; it last answered at 2026-12-02T20:59:20Z", LastAnswered: t0}},
+		want: falseFor(egressv1.ReasonProxyNotAnswering, "instance a at 10.0.0.1 stopped answering: stopped answering; it last answered at 2026-12-02T20:59:20Z", "")},
+	{name: "served, then stopped answering (a readiness probe: the Proxy was Ready on it)", status: servesAReady,
+		o: observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateRunning, IP: "10.0.0.1", Serving: provider.ServingNotAnswering,
+			ServingDetail: "the Squid container's readiness probe does not pass"}},
+		want: falseFor(egressv1.ReasonProxyNotAnswering, "instance a at 10.0.0.1 stopped answering: the Squid container's readiness probe does not pass", "")},
+	{name: "still not answering after it stopped", status: stoppedA,
+		o:    observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateRunning, IP: "10.0.0.1", Serving: provider.ServingNotAnswering}},
+		want: falseFor(egressv1.ReasonProxyNotAnswering, "instance a at 10.0.0.1 stopped answering", "")},
+	{name: "cloud-init failed: a latch, named with the guest's line", status: provisionsA,
+		o: observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateRunning, IP: "10.0.0.1", Serving: provider.ServingNotAnswering,
+			SetupError: "('scripts-user', RuntimeError('Runparts: 1 failures'))"}},
+		want: falseFor(egressv1.ReasonCloudInitFailed,
+			"instance a runs at 10.0.0.1, its cloud-init failed and its proxy does not answer: ('scripts-user', RuntimeError('Runparts: 1 failures')); it is not replaced until the Proxy's spec or user-data changes",
+			egressv1.PhaseFailed)},
+	{name: "cloud-init failed, yet the proxy answers: it serves", status: provisionsA,
+		o: observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateRunning, IP: "10.0.0.1", Serving: provider.ServingAnswering,
+			SetupError: "('package-update-upgrade-install', ...)"}},
+		want: shown{ready: metav1.ConditionTrue, reason: egressv1.ReasonRunning, message: "serving at 10.0.0.1:3128",
+			phase: egressv1.PhaseRunning, address: setAddress, ip: "10.0.0.1", endpoint: "10.0.0.1:3128"}},
 	{name: "a replacement not answering yet: the old one serves", status: replacesAWithB,
 		o:    observation{seen: instanceSeen, inst: provider.Instance{ID: "b", State: provider.StateRunning, IP: "10.0.0.2", Serving: provider.ServingNotAnswering}},
-		want: whileReplacing("instance b runs at 10.0.0.2; its proxy does not answer")},
+		want: whileReplacing("instance b runs at 10.0.0.2; its proxy does not answer yet")},
 	{name: "running and answering", status: provisionsA,
 		o: observation{seen: instanceSeen, inst: provider.Instance{ID: "a", State: provider.StateRunning, IP: "10.0.0.1", Serving: provider.ServingAnswering}},
 		want: shown{ready: metav1.ConditionTrue, reason: egressv1.ReasonRunning, message: "serving at 10.0.0.1:3128",

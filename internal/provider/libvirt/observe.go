@@ -44,8 +44,8 @@ const (
 	// attrAgentCommand is a guest agent command's name, never its
 	// arguments.
 	attrAgentCommand = attribute.Key("libvirt.agent_command")
-	attrCode    = attribute.Key("libvirt.libvirt_code")
-	attrClass   = attribute.Key("libvirt.error_class")
+	attrCode         = attribute.Key("libvirt.libvirt_code")
+	attrClass        = attribute.Key("libvirt.error_class")
 )
 
 func (p *Provider) tracer() trace.Tracer {
