@@ -338,6 +338,12 @@ type ProxyStatus struct {
 	// leader change does not retry every latched Proxy at once.
 	// +optional
 	PermanentFailure *PermanentFailure `json:"permanentFailure,omitempty"`
+	// Autoheals counts the instances replaced because their proxy stopped
+	// answering (the entry's autoheal); each one gives the next instance a
+	// new name.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Autoheals int32 `json:"autoheals,omitempty"`
 	// Conditions: Ready, with the reasons listed in docs/api.md.
 	// +listType=map
 	// +listMapKey=type

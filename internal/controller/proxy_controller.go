@@ -74,6 +74,8 @@ type ProxyReconciler struct {
 	progress         progressThrottle
 	// sweeps shares the deletion passes' provider listings (sweep.go).
 	sweeps sweepLists
+	// heals bounds the autoheals in flight per entry (proxy_autoheal.go).
+	heals healLimiter
 }
 
 // Defaults for the reconciler's knobs; main exposes them as flags.
@@ -291,6 +293,9 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		return ctrl.Result{RequeueAfter: entry.PollInterval}
 	}
 	r.report(px, observation{seen: instanceSeen, inst: inst})
+	if r.autoheal(ctx, entry, px, inst) {
+		return ctrl.Result{Requeue: true} // the next pass replaces it
+	}
 	return ctrl.Result{RequeueAfter: entry.PollInterval}
 }
 
@@ -556,6 +561,7 @@ func (r *ProxyReconciler) forget(k types.NamespacedName) {
 	r.quotaBackoff.Forget(k)
 	r.deleteBackoff.Forget(k)
 	r.progress.forget(k)
+	r.heals.release(k)
 }
 
 func key(px *egressv1.Proxy) types.NamespacedName {

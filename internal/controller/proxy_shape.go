@@ -34,13 +34,16 @@ type shape struct {
 	// Omitted when empty, so a Proxy without rules keeps the name it had
 	// before the field existed.
 	Destinations []egress.DestinationRule `json:"destinations,omitempty"`
+	// Autoheals is status.autoheals: an autoheal asks for a new instance
+	// of the same spec, so it needs a new name. Omitted when zero.
+	Autoheals int32 `json:"autoheals,omitempty"`
 }
 
 // shapeOf computes the shape hash of a Proxy's spec with its resolved
 // cloud-init and clientAuth users; usersInPlace says the provider rewrites
 // the users of a running instance. The order of allowedSourceRanges does
 // not matter.
-func shapeOf(spec egressv1.ProxySpec, cloudInit, clientAuth provider.Sensitive, usersInPlace bool) string {
+func shapeOf(spec egressv1.ProxySpec, cloudInit, clientAuth provider.Sensitive, usersInPlace bool, autoheals int32) string {
 	ranges := append([]string(nil), spec.AllowedSourceRanges...)
 	sort.Strings(ranges)
 	sh := shape{
@@ -49,6 +52,7 @@ func shapeOf(spec egressv1.ProxySpec, cloudInit, clientAuth provider.Sensitive, 
 		AllowedSourceRanges: ranges,
 		CloudInitSHA256:     sha256Hex(cloudInit),
 		Destinations:        destinationsOf(spec.Destinations),
+		Autoheals:           autoheals,
 	}
 	if usersInPlace {
 		sh.ClientAuth = clientAuth.Len() > 0
@@ -96,7 +100,7 @@ func createRequest(px *egressv1.Proxy, cloudInit, clientAuth provider.Sensitive,
 	spec := px.Spec
 	spec.Port = port
 	return provider.CreateRequest{
-		Name:                provider.InstanceName(px.Namespace, px.Name, string(px.UID), shapeOf(spec, cloudInit, clientAuth, usersInPlace)),
+		Name:                provider.InstanceName(px.Namespace, px.Name, string(px.UID), shapeOf(spec, cloudInit, clientAuth, usersInPlace, px.Status.Autoheals)),
 		Namespace:           px.Namespace,
 		ProxyName:           px.Name,
 		UID:                 string(px.UID),

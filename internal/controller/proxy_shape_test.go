@@ -85,7 +85,7 @@ func TestCreateRequestFields(t *testing.T) {
 		t.Errorf("Name = %q", req.Name)
 	}
 	// The shape hash stands for the cloud-init; it must not contain it.
-	if strings.Contains(shapeOf(px.Spec, provider.Sensitive(sentinel), "", false), sentinel) {
+	if strings.Contains(shapeOf(px.Spec, provider.Sensitive(sentinel), "", false, 0), sentinel) {
 		t.Error("shape carries the cloud-init")
 	}
 	// The request must not alias the Proxy's slice.
@@ -125,7 +125,7 @@ func TestShapeGolden(t *testing.T) {
 			"ebe795f145739e8febe185d0bcaca8e1fef72b064c893403fa495a861a74c298", "proxy-team-a-egress-eu-73ae775222"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := shapeOf(tc.spec, tc.cloudInit, "", false); got != tc.wantShape {
+			if got := shapeOf(tc.spec, tc.cloudInit, "", false, 0); got != tc.wantShape {
 				t.Errorf("shapeOf = %q, want %q: a changed shape hash renames every instance of a fleet", got, tc.wantShape)
 			}
 			px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "egress.eu", UID: uid}, Spec: tc.spec}

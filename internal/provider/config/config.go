@@ -1,5 +1,5 @@
 // Package config decodes the providers config file: a YAML list of
-// {name, type, <type>: {...}} entries. Decoding is strict (an unknown field is
+// {name, type, <type>: {...}, autoheal: {...}} entries. Decoding is strict (an unknown field is
 // an error) and every error names its path, e.g.
 // "providers[1].local.bindCIDR: Invalid value: ...". The per-type block is
 // decoded by the type's own package through Strict, so this package names no
@@ -14,7 +14,9 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
@@ -26,8 +28,60 @@ type Entry struct {
 	Type string
 	// Settings is the <type> block as JSON, or nil when the entry has none.
 	Settings json.RawMessage
+	// Autoheal is the entry's autoheal block, defaults applied.
+	Autoheal Autoheal
 	// Path is the entry's place in the file, for error messages.
 	Path *field.Path
+}
+
+// Autoheal is how the reconciler replaces an entry's instances whose
+// proxy stopped answering (docs/api.md, ProxyNotAnswering).
+type Autoheal struct {
+	// ReplaceUnhealthyAfter is how long a proxy may not answer, after it
+	// answered, before its instance is replaced; 0 turns autoheal off.
+	ReplaceUnhealthyAfter *metav1.Duration `json:"replaceUnhealthyAfter,omitempty"`
+	// MaxConcurrent bounds the Proxies of the entry being autohealed at
+	// once, so an outage of the whole backend does not replace the fleet.
+	MaxConcurrent *int32 `json:"maxConcurrent,omitempty"`
+}
+
+// Autoheal defaults: five minutes outlasts a Squid restart or reload and
+// a network blip, and is shorter than a person noticing (Cluster API's
+// MachineHealthCheck examples use 5 minutes too); three at once lets
+// independent failures heal without queueing while an outage replaces at
+// most three instances.
+const (
+	DefaultReplaceUnhealthyAfter = 5 * time.Minute
+	DefaultAutohealMaxConcurrent = 3
+	maxReplaceUnhealthyAfter     = 24 * time.Hour
+)
+
+// After is ReplaceUnhealthyAfter with its default; 0: off.
+func (a Autoheal) After() time.Duration {
+	if a.ReplaceUnhealthyAfter == nil {
+		return DefaultReplaceUnhealthyAfter
+	}
+	return a.ReplaceUnhealthyAfter.Duration
+}
+
+// Max is MaxConcurrent with its default.
+func (a Autoheal) Max() int {
+	if a.MaxConcurrent == nil {
+		return DefaultAutohealMaxConcurrent
+	}
+	return int(*a.MaxConcurrent)
+}
+
+func (a Autoheal) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if d := a.ReplaceUnhealthyAfter; d != nil && (d.Duration < 0 || d.Duration > maxReplaceUnhealthyAfter) {
+		errs = append(errs, field.Invalid(p.Child("replaceUnhealthyAfter"), d.Duration.String(),
+			"must be 0 (off) or a duration up to 24h, e.g. 5m"))
+	}
+	if m := a.MaxConcurrent; m != nil && (*m < 1 || *m > 1000) {
+		errs = append(errs, field.Invalid(p.Child("maxConcurrent"), *m, "must be 1-1000; turn autoheal off with replaceUnhealthyAfter: 0"))
+	}
+	return errs
 }
 
 // SettingsPath is the path of the entry's type block.
@@ -54,7 +108,7 @@ func Parse(data []byte, types []string) ([]Entry, error) {
 	root := field.NewPath("providers")
 	var raws []map[string]json.RawMessage
 	if err := json.Unmarshal(top["providers"], &raws); err != nil {
-		errs = append(errs, field.Invalid(root, "", "must be a list of {name, type, <type>: {...}} entries"))
+		errs = append(errs, field.Invalid(root, "", "must be a list of {name, type, <type>: {...}, autoheal: {...}} entries"))
 		return nil, errs.ToAggregate()
 	}
 	allowed := map[string]bool{}
@@ -87,6 +141,12 @@ func Parse(data []byte, types []string) ([]Entry, error) {
 		for _, k := range SortedKeys(raw) {
 			switch {
 			case k == "name" || k == "type":
+			case k == "autoheal":
+				if fe := Strict(raw[k], &e.Autoheal, p.Child(k)); len(fe) > 0 {
+					errs = append(errs, fe...)
+				} else {
+					errs = append(errs, e.Autoheal.validate(p.Child(k))...)
+				}
 			case k == e.Type:
 				if !bytes.Equal(bytes.TrimSpace(raw[k]), []byte("null")) {
 					e.Settings = raw[k]

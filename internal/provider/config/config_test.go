@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -164,6 +165,44 @@ func TestDecode(t *testing.T) {
 			}
 			if len(errs) > 0 || got.Port != tc.want {
 				t.Fatalf("Decode = %+v, %v", got, errs)
+			}
+		})
+	}
+}
+
+func TestParse_Autoheal(t *testing.T) {
+	for _, tc := range []struct {
+		name, block string
+		after       time.Duration
+		max         int
+		err         string
+	}{
+		{name: "defaults", block: "", after: DefaultReplaceUnhealthyAfter, max: DefaultAutohealMaxConcurrent},
+		{name: "set", block: "autoheal: {replaceUnhealthyAfter: 90s, maxConcurrent: 1}", after: 90 * time.Second, max: 1},
+		{name: "off", block: "autoheal: {replaceUnhealthyAfter: 0s}", after: 0, max: DefaultAutohealMaxConcurrent},
+		{name: "negative", block: "autoheal: {replaceUnhealthyAfter: -1m}", err: "providers[0].autoheal.replaceUnhealthyAfter: Invalid value: \"-1m0s\": must be 0 (off)"},
+		{name: "too long", block: "autoheal: {replaceUnhealthyAfter: 25h}", err: "providers[0].autoheal.replaceUnhealthyAfter: Invalid value"},
+		{name: "not a duration", block: "autoheal: {replaceUnhealthyAfter: soon}", err: "providers[0].autoheal"},
+		{name: "zero at once", block: "autoheal: {maxConcurrent: 0}", err: "providers[0].autoheal.maxConcurrent: Invalid value: 0: must be 1-1000"},
+		{name: "unknown key", block: "autoheal: {after: 5m}", err: "providers[0].autoheal.after"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := "providers:\n- name: pool\n  type: fake\n"
+			if tc.block != "" {
+				doc += "  " + tc.block + "\n"
+			}
+			es, err := Parse([]byte(doc), []string{"fake"})
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Parse: %v, want an error with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a := es[0].Autoheal; a.After() != tc.after || a.Max() != tc.max {
+				t.Errorf("autoheal after %v max %d, want %v and %d", a.After(), a.Max(), tc.after, tc.max)
 			}
 		})
 	}

@@ -35,6 +35,18 @@ type Record struct {
 	CreatedAt time.Time
 	// Deleting is set while a Delete that returned early is still running.
 	Deleting bool
+	// Serving is what the instance's serving signal says while it runs
+	// (SetServing); the zero value is no signal.
+	Serving Serving
+}
+
+// Serving is a fake instance's serving signal (provider.Instance's fields
+// of the same names).
+type Serving struct {
+	Serving      provider.Serving
+	Detail       string
+	LastAnswered time.Time
+	SetupError   string
 }
 
 // instance is a Record plus the countdowns that script asynchrony.
@@ -114,6 +126,19 @@ func (b *Backend) SetState(name string, state provider.State) bool {
 	return true
 }
 
+// SetServing sets what the serving signal of the instance named name says
+// (a proxy that stops answering, a guest whose setup failed), and reports
+// whether the instance exists.
+func (b *Backend) SetServing(name string, s Serving) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	in, ok := b.instances[name]
+	if ok {
+		in.Serving = s
+	}
+	return ok
+}
+
 // Remove deletes the instance named name behind the providers' backs and
 // reports whether it existed.
 func (b *Backend) Remove(name string) bool {
@@ -185,6 +210,8 @@ func (in *instance) view() provider.Instance {
 	}
 	if in.State == provider.StateRunning {
 		inst.IP = in.IP
+		inst.Serving, inst.ServingDetail = in.Serving.Serving, in.Serving.Detail
+		inst.LastAnswered, inst.SetupError = in.Serving.LastAnswered, in.Serving.SetupError
 	}
 	if in.createPending {
 		// Unfinished, and no step of this provider advancing it (Get asks

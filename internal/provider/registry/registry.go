@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -57,6 +58,10 @@ type Entry struct {
 	// Revision changes whenever the entry is rebuilt with other settings,
 	// so a failure latched on one configuration is retried on the next.
 	Revision string
+
+	// autoheal is the entry's autoheal block, swapped in place when only it
+	// changes (the provider is kept); shared by copies of the entry.
+	autoheal *atomic.Pointer[config.Autoheal]
 
 	settings any // as Parse returned them, to tell a changed entry on reload
 	closer   io.Closer
@@ -162,6 +167,7 @@ func (r *Registry) Apply(entries []config.Entry) error {
 	var built []*Entry
 	for _, p := range ps {
 		if prev, ok := old[p.e.Name]; ok && prev.Type == p.e.Type && reflect.DeepEqual(prev.settings, p.settings) {
+			prev.SetAutoheal(p.e.Autoheal)
 			next[p.e.Name] = prev
 			continue
 		}
@@ -173,6 +179,7 @@ func (r *Registry) Apply(entries []config.Entry) error {
 			return fmt.Errorf("%s: %w", p.e.Path, err)
 		}
 		e.settings = p.settings
+		e.SetAutoheal(p.e.Autoheal)
 		e.Revision = revision(p.e.Type, string(p.e.Settings))
 		built = append(built, e)
 		next[p.e.Name] = e
@@ -203,6 +210,26 @@ func (r *Registry) Apply(entries []config.Entry) error {
 		f(changed)
 	}
 	return nil
+}
+
+// SetAutoheal replaces the entry's autoheal settings (Apply does, for an
+// entry it keeps; tests build entries by hand).
+func (e *Entry) SetAutoheal(a config.Autoheal) {
+	if e.autoheal == nil {
+		e.autoheal = &atomic.Pointer[config.Autoheal]{}
+	}
+	e.autoheal.Store(&a)
+}
+
+// Autoheal is the entry's autoheal settings as last applied.
+func (e *Entry) Autoheal() config.Autoheal {
+	if e.autoheal == nil {
+		return config.Autoheal{}
+	}
+	if a := e.autoheal.Load(); a != nil {
+		return *a
+	}
+	return config.Autoheal{}
 }
 
 type parsed struct {
