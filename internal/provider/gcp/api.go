@@ -30,6 +30,9 @@ type computeAPI interface {
 	StartInstance(ctx context.Context, zone, name string) (*computepb.Operation, error)
 	ResumeInstance(ctx context.Context, zone, name string) (*computepb.Operation, error)
 	SetInstanceLabels(ctx context.Context, zone, name string, labels map[string]string, fingerprint string) (*computepb.Operation, error)
+	// GetGuestAttributes reads the guest attributes under queryPath
+	// ("<namespace>/<key>" for one value).
+	GetGuestAttributes(ctx context.Context, zone, name, queryPath string) (*computepb.GuestAttributes, error)
 	// ListInstances reads every page of the aggregated list with filter,
 	// handing each zone's part of each page to each.
 	ListInstances(ctx context.Context, filter string, each func(scope string, part *computepb.InstancesScopedList)) error
@@ -181,6 +184,12 @@ func (a *sdkAPI) SetInstanceLabels(ctx context.Context, zone, name string, label
 		InstancesSetLabelsRequestResource: &computepb.InstancesSetLabelsRequest{Labels: labels, LabelFingerprint: proto.String(fingerprint)},
 	})
 	return protoOf(op, err)
+}
+
+func (a *sdkAPI) GetGuestAttributes(ctx context.Context, zone, name, queryPath string) (*computepb.GuestAttributes, error) {
+	return a.instances.GetGuestAttributes(ctx, &computepb.GetGuestAttributesInstanceRequest{
+		Project: a.project, Zone: zone, Instance: name, QueryPath: proto.String(queryPath),
+	})
 }
 
 func (a *sdkAPI) ListInstances(ctx context.Context, filter string, each func(string, *computepb.InstancesScopedList)) error {
@@ -388,6 +397,12 @@ func (b *budgeted) SetInstanceLabels(ctx context.Context, zone, name string, lab
 	ctx, end := b.call(ctx, writeBudget)
 	defer end()
 	return b.inner.SetInstanceLabels(ctx, zone, name, labels, fingerprint)
+}
+
+func (b *budgeted) GetGuestAttributes(ctx context.Context, zone, name, queryPath string) (*computepb.GuestAttributes, error) {
+	ctx, end := b.call(ctx, readBudget)
+	defer end()
+	return b.inner.GetGuestAttributes(ctx, zone, name, queryPath)
 }
 
 // ListInstances has no budget of its own beyond its caller's ctx: a

@@ -64,7 +64,7 @@ func TestBuildInstance(t *testing.T) {
 				t.Errorf("tags %v", tags)
 			}
 			items := in.GetMetadata().GetItems()
-			if len(items) != 1 || items[0].GetKey() != "user-data" || !strings.HasPrefix(items[0].GetValue(), "#cloud-config") {
+			if len(items) != 3 || items[0].GetKey() != "user-data" || !strings.HasPrefix(items[0].GetValue(), "#cloud-config") {
 				t.Errorf("metadata %v", items)
 			}
 			nic := in.GetNetworkInterfaces()

@@ -173,6 +173,11 @@ func (p *Provider) adopt(ctx context.Context, api computeAPI, pl plan, req provi
 	default:
 		inst := p.describe(in, pl.zone)
 		inst.UID = req.UID
+		// A running instance adopted is read as Get reads it: Ready from
+		// here needs its proxy to answer too.
+		if err := p.applyServing(ctx, api, in, &inst); err != nil {
+			return provider.Instance{}, err
+		}
 		return inst, nil
 	}
 	if err != nil {
@@ -346,8 +351,13 @@ func (p *Provider) buildInstance(pl plan, req provider.CreateRequest) *computepb
 			},
 		}},
 		NetworkInterfaces: []*computepb.NetworkInterface{nic},
+		// The startup script installs the serving reporter (serving.go),
+		// which writes its guest attribute; neither value is secret, and
+		// the log lines and the fake's request log show only lengths.
 		Metadata: &computepb.Metadata{Items: []*computepb.Items{
-			{Key: proto.String("user-data"), Value: proto.String(pl.userData.Reveal())},
+			{Key: proto.String(metaUserData), Value: proto.String(pl.userData.Reveal())},
+			{Key: proto.String(metaGuestAttributes), Value: proto.String("TRUE")},
+			{Key: proto.String(metaStartupScript), Value: proto.String(startupScript(req.Port))},
 		}},
 	}
 	if p.cfg.ServiceAccount != "" {

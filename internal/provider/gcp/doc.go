@@ -23,6 +23,9 @@
 //     marks.go (labels; the firewall rules' description marks), state.go.
 //   - create.go, get.go, delete.go, list.go (ListByTag, and the firewall
 //     rules as secondary resources), firewall.go, operations.go.
+//   - serving.go: the serving signal, the guest's report in the guest
+//     attribute egress-proxy/report (the startup script installs its
+//     reporter), read at most once per instance per report interval.
 //   - fakecompute: the fake Compute API the tests run the SDK against;
 //     gcptest: a token endpoint and a key file for tests of this package
 //     and of the controllers.

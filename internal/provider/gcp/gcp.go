@@ -74,6 +74,9 @@ type Provider struct {
 	// regions are those this process has placed or read instances in,
 	// beside the configured zones' (the Checker's quota details).
 	regions map[string]bool
+	// serving is the last serving signal read per instance ID (serving.go:
+	// at most one getGuestAttributes per instance per report interval).
+	serving map[string]servingMemo
 
 	// built is the lazily made client: nothing is made or read before
 	// the first call (constructors do not reach the backend).
@@ -128,6 +131,7 @@ func New(name string, cfg Config, opts provider.Options) (*Provider, error) {
 		deleting: inflight.New(provider.OpDelete),
 		inserts:  map[string]*insertMemo{},
 		regions:  map[string]bool{},
+		serving:  map[string]servingMemo{},
 		now:      time.Now,
 	}
 	p.netProject, p.netPath, _ = parseNetwork(cfg.Project, cfg.Network) // Validate proved it

@@ -46,6 +46,7 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 			return provisioning(id, ci.uid, st.Progress), nil
 		}
 		if errors.Is(err, provider.ErrNotFound) {
+			p.forgetServing(id)
 			if failure, ok := p.lastInsertFailure(name); ok {
 				return provider.Instance{ID: id, State: provider.StateStopped,
 					Progress: clipProgress("the last insert failed (" + failure + "); Create tries again")}, nil
@@ -64,9 +65,30 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 		// instance is still being created, whatever its status says.
 		inst.State, inst.IP, inst.Progress = provider.StateProvisioning, "", st.Progress
 	}
+	if err := p.applyServing(ctx, api, in, &inst); err != nil {
+		return provider.Instance{}, err
+	}
 	logr.FromContextOrDiscard(ctx).V(2).Info("gcp instance", "status", in.GetStatus(), "ip", inst.IP,
-		"internalIP", address(in, AddressInternal), "externalIP", address(in, AddressExternal))
+		"internalIP", address(in, AddressInternal), "externalIP", address(in, AddressExternal),
+		"serving", inst.Serving, "servingDetail", inst.ServingDetail)
 	return inst, nil
+}
+
+// applyServing sets inst's serving signal when it runs with its address
+// (the only state Ready reads it in); otherwise the memo goes. A failed
+// read is the caller's error, with its class: a Transient one keeps a
+// serving Proxy Ready as it is until the next read tells.
+func (p *Provider) applyServing(ctx context.Context, api computeAPI, in *computepb.Instance, inst *provider.Instance) error {
+	if inst.State != provider.StateRunning {
+		p.forgetServing(inst.ID)
+		return nil
+	}
+	s, err := p.servingSignal(ctx, api, inst.ID, in)
+	if err != nil {
+		return err
+	}
+	s.Apply(inst)
+	return nil
 }
 
 // describe is the instance in, with its state and, while it runs, its

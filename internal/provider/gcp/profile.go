@@ -11,7 +11,7 @@ import (
 func Profile() profile.Profile {
 	return profile.Profile{
 		Readiness:          profile.Is(profile.ReadinessProvisioningWindow).Note("the VM boots and cloud-init installs Squid: tens of seconds to minutes"),
-		ServingSignal:      profile.Is(profile.ServingNone).Note("none yet (issue 22: a guest attribute the guest's reporter publishes); Ready when the VM runs with its address"),
+		ServingSignal:      profile.Is(profile.ServingGuestAttributes).Note("the guest's reporter (installed by the `startup-script` metadata, with `enable-guest-attributes`) writes the guest attribute `egress-proxy/report` every 10 s; `Get` reads it with `instances.getGuestAttributes`, at most once per instance per 10 s; instances made before it have no signal"),
 		CreateReturn:       profile.Is(profile.CreateReturnBackground).Note("the in-flight table: firewall rule, insert, its operation"),
 		DeleteReturn:       profile.Is(profile.DeleteReturnReturnsEarly).Note("one operation, followed in the background, then the rule"),
 		IPSource:           profile.Is(profile.IPSourceAssignedAtCreate).Note("the external NAT IP, or the internal IP (`addressMode`)"),

@@ -18,7 +18,7 @@
 // Paths (under /compute/v1/projects/{p}): GET the project; regions/{r}
 // (with quotas); zones/{z}; aggregated/instances; zones/{z}/instances (list,
 // insert); zones/{z}/instances/{n} (get, delete) and its start, stop,
-// suspend, resume and setLabels; zones/{z}/operations/{op} and
+// suspend, resume, setLabels and getGuestAttributes; zones/{z}/operations/{op} and
 // global/operations/{op} (get, and POST .../wait); global/firewalls (list,
 // insert) and global/firewalls/{n} (get, patch, update, delete). Any other
 // path answers the HTML 404 page of Google's front end, which the SDK turns
@@ -65,6 +65,13 @@
 // strings only; nothing listens on them and no test may connect to them.
 // operations.wait runs the operation out (SetWaitPolls to return early).
 //
+// Guest attributes (guestattributes.go): a test writes and withdraws them
+// as the guest would (SetGuestAttribute, DeleteGuestAttribute), which only
+// a RUNNING instance whose metadata has enable-guest-attributes = TRUE can;
+// getGuestAttributes answers them by queryPath ("", "<ns>/", "<ns>/<key>")
+// or the legacy variableKey, 404 notFound for a path with no value, and
+// moves no operation.
+//
 // Idempotency: a repeated requestId (a UUID; anything else is 400) returns
 // the operation the first call started.
 //
@@ -97,7 +104,7 @@
 // SetAdvanceOnGet, Advance, Settle, SetAddressDelay, SetZoneUnreachable,
 // SetRegionQuota, SetProjectQuota, SetQuotaSynchronous, SetRepeatDelete,
 // RequireToken (401 without the bearer token), PutInstance,
-// SetInstanceStatus, PutFirewall, Instance, Instances, Firewall,
+// SetInstanceStatus, SetGuestAttribute, DeleteGuestAttribute, PutFirewall, Instance, Instances, Firewall,
 // Operation(s), Reset. Every method is safe for concurrent use; each call
 // is served under one lock.
 //

@@ -33,6 +33,9 @@ type instance struct {
 	op         *operation
 	natPending bool // RUNNING, external IP not yet assigned
 	natDelay   int
+	// guestAttrs are the guest attributes its guest wrote, by
+	// "<namespace>/<key>" (SetGuestAttribute).
+	guestAttrs map[string]string
 }
 
 func instTarget(zone, name string) string { return "zones/" + zone + "/instances/" + name }

@@ -404,6 +404,7 @@ func (s *Server) routes() *http.ServeMux {
 	m.HandleFunc("POST "+p+"/zones/{zone}/instances/{name}/resume", s.resumeInstance)
 	m.HandleFunc("POST "+p+"/zones/{zone}/instances/{name}/suspend", s.suspendInstance)
 	m.HandleFunc("POST "+p+"/zones/{zone}/instances/{name}/setLabels", s.setLabels)
+	m.HandleFunc("GET "+p+"/zones/{zone}/instances/{name}/getGuestAttributes", s.getGuestAttributes)
 	m.HandleFunc("GET "+p+"/zones/{zone}/operations/{op}", s.getOperation)
 	m.HandleFunc("POST "+p+"/zones/{zone}/operations/{op}/wait", s.waitOperation)
 	m.HandleFunc("GET "+p+"/global/operations/{op}", s.getOperation)
