@@ -145,8 +145,16 @@ func (c *calls) snapshot(typ string) (creates []string, gets []provider.Instance
 
 // providersYAML is the providers config: entry lv of type typ, and entry
 // lv2 of type kvm2, both on the test host.
-func providersYAML(typ string, block []byte) string {
-	return fmt.Sprintf("providers:\n- name: lv\n  type: %s\n  %s: %s\n- name: lv2\n  type: kvm2\n  kvm2: %s\n", typ, typ, block, block)
+func providersYAML(typ string, block []byte) string { return providersYAMLWith(typ, block, "") }
+
+// providersYAMLWith adds an entry-level line (e.g. an autoheal block) to
+// entry lv.
+func providersYAMLWith(typ string, block []byte, lvLine string) string {
+	extra := ""
+	if lvLine != "" {
+		extra = "  " + lvLine + "\n"
+	}
+	return fmt.Sprintf("providers:\n- name: lv\n  type: %s\n  %s: %s\n%s- name: lv2\n  type: kvm2\n  kvm2: %s\n", typ, typ, block, extra, block)
 }
 
 func writeFileAtomically(t *testing.T, path, content string) {
@@ -205,6 +213,7 @@ func TestProxyEndToEnd(t *testing.T) {
 	op, err := operator.New(ctx, env.Config, operator.Options{
 		ProvidersConfig: configPath, MetricsAddr: "0", ProbeAddr: "0",
 		InstallationID: "e2e-" + randHex(t), Namespaces: []string{ns}, SkipControllerNameValidation: true,
+		RunningResync: runningResync,
 		Types: rec.types(t, registry.DefaultTypes()),
 	})
 	if err != nil {
@@ -319,6 +328,8 @@ func TestProxyEndToEnd(t *testing.T) {
 		t.Fatalf("the refused request reached the origin: %d requests, %d before it", n, hitsBefore)
 	}
 	t.Logf("GET %s from %s (outside allowedSourceRanges): %s, ERR_ACCESS_DENIED, the origin not reached", refused, agent, strings.TrimSpace(status))
+
+	px, dom = servingSignal(t, env, op, rec, l, configPath, block, key, px, dom)
 
 	switchType(t, env, op, rec, l, configPath, block, key, px, dom)
 
