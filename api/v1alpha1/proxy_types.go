@@ -241,6 +241,19 @@ const AnnotationForceRelease = "egress.proxy-operator.dev/force-release"
 // ConditionReady is the Proxy's summary condition.
 const ConditionReady = "Ready"
 
+// kstatus's abnormal-true conditions, derived from Ready's reason
+// (docs/api.md): tools that read status the kstatus way (Flux, Argo CD,
+// kpt live status, kubectl wait on them) see a Proxy in progress or
+// stuck, not merely "Current", while it is not Ready.
+const (
+	// ConditionReconciling is True while the operator works towards Ready
+	// (provisioning, a replacement, a retried backend error).
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True while only a change by a person can help
+	// (a permanent failure, a missing Secret, a failed cloud-init).
+	ConditionStalled = "Stalled"
+)
+
 // Reasons of the Ready condition. docs/api.md explains each.
 const (
 	// ReasonProvisioning: the instance is being created or is booting.

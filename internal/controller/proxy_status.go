@@ -361,6 +361,44 @@ func (r *ProxyReconciler) report(px *egressv1.Proxy, o observation) {
 	r.setReady(px, s.ready, s.reason, msg)
 }
 
+// progressOf says, for kstatus, what Ready's reason means: the operator
+// is working on it (Reconciling), only a person can help (Stalled), or
+// neither (Running). Every reason of docs/api.md is in one of the lists;
+// TestKstatusCoversEveryReason checks.
+func progressOf(ready metav1.ConditionStatus, reason string) (reconciling, stalled bool) {
+	switch reason {
+	case egressv1.ReasonRunning:
+		return false, false
+	case egressv1.ReasonPermanentFailure, egressv1.ReasonProviderNotFound, egressv1.ReasonCloudInitSecretNotFound,
+		egressv1.ReasonClientAuthSecretNotFound, egressv1.ReasonClientAuthInvalid, egressv1.ReasonCloudInitFailed:
+		return false, ready != metav1.ConditionTrue
+	case egressv1.ReasonReplacing, egressv1.ReasonProvisioning, egressv1.ReasonProxyStarting, egressv1.ReasonProxyNotAnswering,
+		egressv1.ReasonInstanceStopped, egressv1.ReasonInstanceLost, egressv1.ReasonQuotaExceeded, egressv1.ReasonBackendError,
+		egressv1.ReasonDeleting:
+		return true, false
+	}
+	return ready != metav1.ConditionTrue, false
+}
+
+// setProgress writes Reconciling and Stalled from Ready's reason: True
+// with Ready's reason and message, removed when False (kstatus reads an
+// absent abnormal-true condition as False).
+func setProgress(px *egressv1.Proxy, ready metav1.ConditionStatus, reason, msg string) {
+	reconciling, stalled := progressOf(ready, reason)
+	for _, c := range []struct {
+		typ string
+		on  bool
+	}{{egressv1.ConditionReconciling, reconciling}, {egressv1.ConditionStalled, stalled}} {
+		if !c.on {
+			meta.RemoveStatusCondition(&px.Status.Conditions, c.typ)
+			continue
+		}
+		meta.SetStatusCondition(&px.Status.Conditions, metav1.Condition{
+			Type: c.typ, Status: metav1.ConditionTrue, Reason: reason, Message: msg, ObservedGeneration: px.Generation,
+		})
+	}
+}
+
 // setReady sets the Ready condition and records a Warning event when it
 // turns to a failure (proxy_events.go): events follow transitions, not
 // reconciles, and only those the status alone would lose.
@@ -374,6 +412,7 @@ func (r *ProxyReconciler) setReady(px *egressv1.Proxy, status metav1.ConditionSt
 		Type: egressv1.ConditionReady, Status: status, Reason: reason, Message: msg,
 		ObservedGeneration: px.Generation,
 	})
+	setProgress(px, status, reason, msg)
 	if prev.Reason == reason && prev.Status == status {
 		return
 	}

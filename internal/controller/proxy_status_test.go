@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
@@ -294,5 +295,59 @@ func TestStatusTableCoversDocs(t *testing.T) {
 		if !findings[f] {
 			t.Errorf("finding %d: no row of the status table", f)
 		}
+	}
+}
+
+// TestKstatusCoversEveryReason: every reason docs/api.md lists for Ready
+// is classified for kstatus, Running alone is neither Reconciling nor
+// Stalled, and a reason nobody classified would read as Reconciling.
+func TestKstatusCoversEveryReason(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "### The `Ready` condition")
+	section, _, _ = strings.Cut(section, "\n### ")
+	documented := regexp.MustCompile("(?m)^\\| `(\\w+)` \\| (True|False) \\|").FindAllStringSubmatch(section, -1)
+	stalled := map[string]bool{}
+	for _, m := range documented {
+		ready := metav1.ConditionStatus(m[2])
+		r, s := progressOf(ready, m[1])
+		switch {
+		case m[1] == egressv1.ReasonRunning:
+			if r || s {
+				t.Errorf("Running: reconciling %v, stalled %v; want neither", r, s)
+			}
+		case r == s:
+			t.Errorf("reason %s (Ready %s): reconciling %v, stalled %v; want exactly one", m[1], ready, r, s)
+		}
+		stalled[m[1]] = s
+	}
+	for _, reason := range []string{egressv1.ReasonPermanentFailure, egressv1.ReasonCloudInitFailed, egressv1.ReasonProviderNotFound} {
+		if !stalled[reason] {
+			t.Errorf("%s is not Stalled", reason)
+		}
+	}
+	if r, s := progressOf(metav1.ConditionFalse, "SomethingNew"); !r || s {
+		t.Errorf("an unclassified reason: reconciling %v, stalled %v", r, s)
+	}
+}
+
+// TestSetProgress: the conditions follow Ready, with its generation, and
+// go when Ready is True.
+func TestSetProgress(t *testing.T) {
+	px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
+	setProgress(px, metav1.ConditionFalse, egressv1.ReasonProvisioning, "booting")
+	if c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReconciling); c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != 3 || c.Message != "booting" {
+		t.Fatalf("Reconciling while provisioning: %+v", c)
+	}
+	setProgress(px, metav1.ConditionFalse, egressv1.ReasonCloudInitFailed, "('scripts-user', ...)")
+	if meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReconciling) != nil ||
+		!meta.IsStatusConditionTrue(px.Status.Conditions, egressv1.ConditionStalled) {
+		t.Fatalf("after a cloud-init failure: %+v", px.Status.Conditions)
+	}
+	setProgress(px, metav1.ConditionTrue, egressv1.ReasonRunning, "serving")
+	if len(px.Status.Conditions) != 0 {
+		t.Fatalf("Running left %+v", px.Status.Conditions)
 	}
 }
