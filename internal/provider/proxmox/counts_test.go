@@ -65,7 +65,9 @@ func (c *opCounter) String() string {
 // The request counts the note reports, measured at the wire per
 // operation over one lifecycle (the fake's default task length: each task
 // answers "running" to its first two status reads). Asserted: a running
-// Get makes at most 2, ListByTag 1, ListSecondary one per node plus 1.
+// Get makes at most 3 (issue 22: the resources, the agent's interfaces,
+// the guest's serving report) and reads the report, ListByTag 1,
+// ListSecondary one per node plus 1.
 func TestRequestCounts(t *testing.T) {
 	e := newEnv(t)
 	c := &opCounter{n: map[string]int{}, calls: map[string][]string{}}
@@ -87,12 +89,18 @@ func TestRequestCounts(t *testing.T) {
 	c.take()
 	got, err := e.p.Get(ctx, in.ID)
 	must(t, err)
-	if got.State != provider.StateRunning {
-		t.Fatalf("Get after the step = %+v", got)
+	if got.State != provider.StateRunning || got.Serving != provider.ServingAnswering {
+		t.Fatalf("Get after the step = %+v, want Running and answering", got)
 	}
 	t.Logf("running Get:\n%s", c)
-	if n := c.take()[provider.OpGet]; n > 2 {
-		t.Errorf("a running Get made %d requests, want at most 2", n)
+	c.mu.Lock()
+	calls := strings.Join(c.calls[provider.OpGet], ", ")
+	c.mu.Unlock()
+	if n := c.take()[provider.OpGet]; n > 3 {
+		t.Errorf("a running Get made %d requests, want at most 3: %s", n, calls)
+	}
+	if !strings.Contains(calls, "/agent/file-read") {
+		t.Errorf("a running Get did not read the serving report: %s", calls)
 	}
 	_, err = e.p.ListByTag(ctx)
 	must(t, err)

@@ -189,7 +189,7 @@ func (p *Provider) allocate(ctx context.Context, rs []resource, req provider.Cre
 		if m.UID == "" {
 			// Adopted with an empty UID: ours is written now, so the next
 			// list and Get see it.
-			if err := p.api.do(ctx, http.MethodPut, vmPath(r.Node, r.VMID)+"/config", url.Values{"tags": {p.tags(req.UID, time.Now())}, "description": {p.description(req.UID)}}, nil); err != nil {
+			if err := p.api.do(ctx, http.MethodPut, vmPath(r.Node, r.VMID)+"/config", url.Values{"tags": {p.tags(req.UID, time.Now(), hasTag(r.Tags, tagReporter))}, "description": {p.description(req.UID)}}, nil); err != nil {
 				return 0, false, err
 			}
 			p.forgetResources()
@@ -241,7 +241,7 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 	if m := p.marksFromTags(r.Tags); !m.Managed || m.UID != strings.ToLower(req.UID) || createdFromTags(r.Tags).IsZero() {
 		// The mark first, so ListByTag and Get know the VM before the
 		// slow parts; an adopted VM with an empty UID gets ours.
-		if err := p.api.do(ctx, http.MethodPut, vmPath(node, vmid)+"/config", url.Values{"tags": {p.tags(req.UID, created)}, "description": {p.description(req.UID)}}, nil); err != nil {
+		if err := p.api.do(ctx, http.MethodPut, vmPath(node, vmid)+"/config", url.Values{"tags": {p.tags(req.UID, created, hasTag(r.Tags, tagReporter))}, "description": {p.description(req.UID)}}, nil); err != nil {
 			return err
 		}
 		p.forgetResources()
@@ -257,9 +257,21 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 	if r.Status == "running" {
 		return nil
 	}
+	// The VM gets tagReporter with this seed unless it has booted from a
+	// seed of ours already: cloud-init runs vendor-data once per instance,
+	// so a VM first booted by an operator without the reporter never gets
+	// it from a new seed.
+	reporter := hasTag(r.Tags, tagReporter) || cloneUPID != ""
+	if !reporter {
+		attached, err := p.seedAttached(ctx, node, vmid, req)
+		if err != nil {
+			return err
+		}
+		reporter = !attached
+	}
 	progress("uploading seed ISO")
 	iso, err := nocloud.Build(nocloud.Seed{InstanceID: req.Name, LocalHostname: req.Name, UserData: pl.userData,
-		VendorData: nocloud.GuestAgentVendorData})
+		VendorData: nocloud.VendorData(req.Port, true)})
 	if err != nil {
 		return err
 	}
@@ -281,10 +293,12 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 		return provider.Errorf(provider.ErrTransient, "create step stopped after the seed upload: %w", err)
 	}
 	progress("configuring VM")
+	// The tags gain tagReporter with the config that attaches the seed.
 	params := url.Values{
 		"cores": {strconv.Itoa(pl.machine.Cores)}, "memory": {strconv.Itoa(pl.machine.MemoryMB)},
 		"agent": {"1"},
 		"ide2":  {p.cfg.ISOStorage + ":iso/" + seedName(req.Name, p.opts.InstallationID, req.UID) + ",media=cdrom"},
+		"tags":  {p.tags(req.UID, created, reporter)},
 	}
 	if p.cfg.Bridge != "" {
 		n := "virtio,bridge=" + p.cfg.Bridge
@@ -296,6 +310,7 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 	if err := p.api.do(ctx, http.MethodPut, vmPath(node, vmid)+"/config", params, nil); err != nil {
 		return err
 	}
+	p.forgetResources()
 	if p.cfg.DiskGiB > 0 {
 		progress("resizing disk")
 		upid, err := p.api.upid(ctx, http.MethodPut, vmPath(node, vmid)+"/resize", url.Values{"disk": {"scsi0"}, "size": {strconv.Itoa(p.cfg.DiskGiB) + "G"}})
@@ -314,6 +329,18 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 		return err
 	}
 	return p.wait(ctx, node, upid, "start", progress)
+}
+
+// seedAttached says whether the VM's ide2 holds its seed already: a config
+// update of an earlier create attached it (one request, only when a create
+// resumes on a VM without tagReporter).
+func (p *Provider) seedAttached(ctx context.Context, node string, vmid int, req provider.CreateRequest) (bool, error) {
+	cfg, err := p.api.config(ctx, node, vmid)
+	if err != nil {
+		return false, err
+	}
+	ide2, _ := cfg["ide2"].(string)
+	return strings.Contains(ide2, ":iso/"+seedName(req.Name, p.opts.InstallationID, req.UID)), nil
 }
 
 // adoptable judges a VM this create did not clone: another name is a

@@ -47,6 +47,10 @@ func TestClassifyCapturedAnswers(t *testing.T) {
 		class error
 		msg   string // in the error's text
 	}{
+		// Get reads these two as the guest's answer before the class
+		// (readReport): not answering yet, not an error.
+		"agent-file-read-missing.json":                     {provider.ErrTransient, "Agent error: failed to open file '/run/egress-proxy/report' (mode: 'r'): No such file or directory"},
+		"agent-file-read-not-running.json":                 {provider.ErrTransient, "QEMU guest agent is not running"},
 		"agent-network-get-interfaces-not-configured.json": {provider.ErrTransient, "No QEMU guest agent configured"},
 		"agent-network-get-interfaces-not-running.json":    {provider.ErrTransient, "QEMU guest agent is not running"},
 		"agent-network-get-interfaces-qmp-timeout.json":    {provider.ErrTransient, "got timeout"},

@@ -85,7 +85,7 @@ func FuzzMarksFromTags(f *testing.F) {
 			return
 		}
 		at := time.Unix(created, 0)
-		written := p.tags(uid, at)
+		written := p.tags(uid, at, true)
 		back := p.marksFromTags(written)
 		if !back.Managed || back.Installation != installation || back.UID != strings.ToLower(uid) {
 			t.Fatalf("tags %q for uid %q read back as %+v", written, uid, back)

@@ -2,17 +2,24 @@ package proxmox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
+	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 )
 
-// Get reads the VM: the shared /cluster/resources read, plus the agent
-// call for a running VM (2 requests in steady state).
+// Get reads the VM: the shared /cluster/resources read, plus for a running
+// VM the agent's interfaces and, once it has an address, the guest's
+// serving report (3 requests in steady state, fewer while concurrent Gets
+// share the resources read).
 func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error) {
 	vmid, name, err := parseID(id)
 	if err != nil {
@@ -107,10 +114,14 @@ func (p *Provider) get(ctx context.Context, vmid int, name string) (provider.Ins
 			} `json:"ip-addresses"`
 		} `json:"result"`
 	}
+	reporter := hasTag(r.Tags, tagReporter)
 	err = p.api.do(ctx, http.MethodGet, vmPath(r.Node, vmid)+"/agent/network-get-interfaces", nil, &ag)
 	if err != nil {
-		if strings.Contains(err.Error(), "QEMU guest agent is not running") {
+		if strings.Contains(err.Error(), agentNotRunning) {
 			in.State, in.Progress = provider.StateProvisioning, "waiting for the guest agent"
+			if reporter {
+				servingreport.Unread(agentNotAnswering).Apply(&in)
+			}
 			return in, nil
 		}
 		if strings.Contains(err.Error(), "No QEMU guest agent configured") {
@@ -126,10 +137,75 @@ func (p *Provider) get(ctx context.Context, vmid int, name string) (provider.Ins
 		for _, a := range ifc.Addrs {
 			if ip := net.ParseIP(a.IP); a.Type == "ipv4" && ip != nil && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() {
 				in.State, in.IP = provider.StateRunning, a.IP
+				if reporter {
+					if err := p.readReport(ctx, r.Node, vmid, &in); err != nil {
+						return provider.Instance{}, err
+					}
+				}
 				return in, nil
 			}
 		}
 	}
 	in.State, in.Progress = provider.StateProvisioning, "waiting for an IPv4 address"
 	return in, nil
+}
+
+// PVE's and qemu-ga's texts Get reads (fakepve's fixtures
+// agent-*-not-running.json, agent-file-read-missing.json).
+const (
+	agentNotRunning = "QEMU guest agent is not running"
+	// qemu-ga's guest-file-open of a missing file, as PVE wraps it:
+	// "Agent error: failed to open file '<path>' (mode: 'r'): No such
+	// file or directory".
+	fileOpenFailed = "Agent error: failed to open file"
+	noSuchFile     = "No such file or directory"
+)
+
+// Serving details of a report that could not be read.
+const (
+	agentNotAnswering = "the guest agent does not answer yet"
+	notReportedYet    = "the guest has not reported yet: its reporter starts when cloud-init runs the vendor-data"
+)
+
+// maxUnreadDetail bounds what a malformed report puts into the detail (a
+// parse error quotes the guest's text).
+const maxUnreadDetail = 200
+
+// readReport reads the guest's serving report through the agent (one
+// request) and sets in's serving fields. A guest that cannot say yet (its
+// agent down, no report, a report that does not parse) is not answering;
+// any other failure is Get's error, with PVE's class (a Transient one
+// keeps a serving Proxy as it was).
+func (p *Provider) readReport(ctx context.Context, node string, vmid int, in *provider.Instance) error {
+	var fr struct {
+		Content   string          `json:"content"`
+		Truncated json.RawMessage `json:"truncated"`
+	}
+	err := p.api.do(ctx, http.MethodGet, vmPath(node, vmid)+"/agent/file-read", url.Values{"file": {servingreport.ReportPath}}, &fr)
+	switch {
+	case err != nil && strings.Contains(err.Error(), agentNotRunning):
+		servingreport.Unread(agentNotAnswering).Apply(in)
+		return nil
+	case err != nil && strings.Contains(err.Error(), fileOpenFailed) && strings.Contains(err.Error(), noSuchFile):
+		servingreport.Unread(notReportedYet).Apply(in)
+		return nil
+	case err != nil:
+		return provider.Errorf(provider.ErrTransient, "serving report of VM %d (agent/file-read %s): %w", vmid, servingreport.ReportPath, err)
+	}
+	if t := string(fr.Truncated); t != "" && t != "0" && t != "false" && t != "null" {
+		// PVE stops at 16 MiB; the reporter writes a few hundred bytes.
+		servingreport.Unread(fmt.Sprintf("the guest's report at %s is over %d bytes: not the reporter's", servingreport.ReportPath, len(fr.Content))).Apply(in)
+		return nil
+	}
+	rep, err := servingreport.Parse(fr.Content)
+	if err != nil {
+		why := "the guest's report does not parse: " + err.Error()
+		if len(why) > maxUnreadDetail {
+			why = strings.ToValidUTF8(why[:maxUnreadDetail-3], "") + "..."
+		}
+		servingreport.Unread(why).Apply(in)
+		return nil
+	}
+	rep.Signal(time.Now()).Apply(in)
+	return nil
 }

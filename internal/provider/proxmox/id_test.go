@@ -92,7 +92,7 @@ func TestMarks(t *testing.T) {
 		}
 	}
 	created := time.Unix(1764074432, 0)
-	tags := p.tags("ABC-1", created)
+	tags := p.tags("ABC-1", created, true)
 	for _, tc := range []struct {
 		tags string
 		want provider.Marks

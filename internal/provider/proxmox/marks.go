@@ -33,7 +33,7 @@ func (p *Provider) owned(ctx context.Context, r resource, name string) (bool, er
 // createdFromTags reads the poc-<unix seconds> tag: /cluster/resources has
 // no creation time, and ListByTag must not read configs.
 func createdFromTags(tags string) time.Time {
-	for _, t := range strings.FieldsFunc(tags, func(r rune) bool { return r == ';' || r == ',' || r == ' ' }) {
+	for _, t := range splitTags(tags) {
 		if v, ok := strings.CutPrefix(t, "poc-"); ok {
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 				return time.Unix(n, 0)
@@ -54,15 +54,40 @@ func installTag(inst string) string {
 
 func uidTag(uid string) string { return "pou-" + strings.ToLower(uid) }
 
-func (p *Provider) tags(uid string, created time.Time) string {
-	return strings.Join([]string{tagManaged, installTag(p.opts.InstallationID), uidTag(uid), fmt.Sprintf("poc-%d", created.Unix())}, ";")
+// tagReporter marks a VM whose seed installs the serving reporter
+// (servingreport), written with the config that attaches that seed: Get
+// reads the report only where the tag says one is written, so a VM made
+// before the reporter existed keeps reporting no serving signal (Ready on
+// its state and address) instead of "not reported yet" for ever.
+const tagReporter = "pos-1"
+
+// tags is the VM's tag set; reporter adds tagReporter.
+func (p *Provider) tags(uid string, created time.Time, reporter bool) string {
+	t := []string{tagManaged, installTag(p.opts.InstallationID), uidTag(uid), fmt.Sprintf("poc-%d", created.Unix())}
+	if reporter {
+		t = append(t, tagReporter)
+	}
+	return strings.Join(t, ";")
+}
+
+func splitTags(tags string) []string {
+	return strings.FieldsFunc(tags, func(r rune) bool { return r == ';' || r == ',' || r == ' ' })
+}
+
+func hasTag(tags, tag string) bool {
+	for _, t := range splitTags(tags) {
+		if t == tag {
+			return true
+		}
+	}
+	return false
 }
 
 // marksFromTags reads the mark from /cluster/resources' tags (";" or ","
 // separated). Installation is the hashed tag compared with ours.
 func (p *Provider) marksFromTags(tags string) provider.Marks {
 	var m provider.Marks
-	for _, t := range strings.FieldsFunc(tags, func(r rune) bool { return r == ';' || r == ',' || r == ' ' }) {
+	for _, t := range splitTags(tags) {
 		switch {
 		case t == tagManaged:
 			m.Managed = true

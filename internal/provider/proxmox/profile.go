@@ -11,7 +11,7 @@ import (
 func Profile() profile.Profile {
 	return profile.Profile{
 		Readiness:          profile.Is(profile.ReadinessProvisioningWindow).Note("a minute or so: clone, seed upload, boot, cloud-init"),
-		ServingSignal:      profile.Is(profile.ServingNone).Note("none yet (issue 22: the guest's reporter, read through PVE's `agent/*` endpoints); Ready when the VM runs with its address"),
+		ServingSignal:      profile.Is(profile.ServingGuestAgent).Note("the guest's reporter (installed by the seed's vendor-data) writes `/run/egress-proxy/report` every 10 s; Get reads it through PVE's `agent/file-read` (its third request; the token needs `VM.GuestAgent.FileRead`); a VM made before the reporter (no `pos-1` tag) reports none"),
 		CreateReturn:       profile.Is(profile.CreateReturnBackground).Note("the clone is submitted in the call; its task, the seed upload, config, resize and start run in the in-flight table, with progress (`clone task 40%`)"),
 		DeleteReturn:       profile.Is(profile.DeleteReturnReturnsEarly).Note("stop, seed ISO removal and destroy run in the background; Get reads NotFound once all is gone"),
 		IPSource:           profile.Is(profile.IPSourceDiscovered).Note("the QEMU guest agent (`network-get-interfaces`)"),
@@ -37,7 +37,7 @@ func Profile() profile.Profile {
 			MachineType: "a key of `machineTypes` (cores, memory); default `defaultMachineType`",
 			Image:       "a key of `templates` (a template's VMID); default `defaultTemplate`",
 		},
-		CloudInit: profile.Is(profile.CloudInitNoCloudSeed).Note("a seed ISO uploaded to `isoStorage`, on `ide2`: the Proxy's cloudInit or the generated Squid cloud-config, vendor-data installing qemu-guest-agent"),
+		CloudInit: profile.Is(profile.CloudInitNoCloudSeed).Note("a seed ISO uploaded to `isoStorage`, on `ide2`: the Proxy's cloudInit or the generated Squid cloud-config, vendor-data installing the serving reporter and qemu-guest-agent"),
 		Port:      "Squid's `http_port` in the generated cloud-config",
 		States:    []provider.State{provider.StateProvisioning, provider.StateRunning, provider.StateStopped},
 		Check: profile.CheckUse{

@@ -10,13 +10,21 @@ import (
 	"testing"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/nocloud"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/proxmox/fakepve"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
 )
 
 // seedUserData is the user-data file of the seed ISO the fake holds for
 // instance name on node, read back by xorriso (a real ISO reader).
 func seedUserData(t *testing.T, fake *fakepve.Server, node, name string) string {
+	t.Helper()
+	return seedISOFile(t, fake, node, name, "user-data")
+}
+
+// seedISOFile is one file of that seed ISO.
+func seedISOFile(t *testing.T, fake *fakepve.Server, node, name, file string) string {
 	t.Helper()
 	var iso []byte
 	for _, v := range fake.Volumes(node, "local") {
@@ -35,10 +43,10 @@ func seedUserData(t *testing.T, fake *fakepve.Server, node, name string) string 
 		t.Fatal("xorriso is not installed: run hack/install-test-deps.sh, or set SKIP_ISO_TESTS=1")
 	}
 	dir := t.TempDir()
-	img, out := filepath.Join(dir, "seed.iso"), filepath.Join(dir, "user-data")
+	img, out := filepath.Join(dir, "seed.iso"), filepath.Join(dir, file)
 	must(t, os.WriteFile(img, iso, 0o600))
-	if b, err := exec.Command(bin, "-osirrox", "on", "-indev", img, "-extract", "/user-data", out).CombinedOutput(); err != nil {
-		t.Fatalf("xorriso -extract /user-data: %v\n%s", err, b)
+	if b, err := exec.Command(bin, "-osirrox", "on", "-indev", img, "-extract", "/"+file, out).CombinedOutput(); err != nil {
+		t.Fatalf("xorriso -extract /%s: %v\n%s", file, err, b)
 	}
 	ud, err := os.ReadFile(out)
 	must(t, err)
@@ -109,5 +117,28 @@ func TestCreateRefusesBadSourceRange(t *testing.T) {
 	}
 	if n := len(e.fake.Requests()); n != 0 {
 		t.Errorf("Create made %d requests before refusing: %v", n, e.fake.Requests())
+	}
+}
+
+// The seed's vendor-data installs the serving reporter for the Proxy's
+// port (issue 22), then the guest agent, whichever user-data the Proxy has.
+func TestSeedVendorDataInstallsTheReporter(t *testing.T) {
+	e := newEnv(t)
+	req := provider.CreateRequest{Name: "proxy-vendor", UID: "22111111-2222-3333-4444-555555555555", Port: 3131,
+		CloudInit: provider.Sensitive("#cloud-config\nruncmd: [echo own-proxy]\n")}
+	in, err := e.p.Create(context.Background(), req)
+	must(t, err)
+	waitRunning(t, e.p, in.ID)
+	vd := seedISOFile(t, e.fake, "pve1", req.Name, "vendor-data")
+	if vd != nocloud.VendorData(req.Port, true).Reveal() {
+		t.Errorf("the seed's vendor-data is not nocloud.VendorData(3131, true):\n%s", vd)
+	}
+	for _, want := range []string{servingreport.TimerName, servingreport.ReporterPath + " 3131 file", "qemu-guest-agent"} {
+		if !strings.Contains(vd, want) {
+			t.Errorf("the seed's vendor-data lacks %q:\n%s", want, vd)
+		}
+	}
+	if i, j := strings.Index(vd, servingreport.TimerName), strings.Index(vd, "install_agent"); i < 0 || j < 0 || i > j {
+		t.Errorf("the reporter is not installed before the agent (timer at %d, agent at %d)", i, j)
 	}
 }

@@ -101,6 +101,28 @@ func linkLocal(mac string) string {
 		uint16(0xfe)<<8|uint16(b[3]), uint16(b[4])<<8|uint16(b[5]))
 }
 
+// assertAgentAvailable is qemu-server's assert_agent_available: an agent
+// key in the config, the VM running, the agent answering its ping (a
+// booting agent counts its calls down here).
+func (s *Server) assertAgentAvailable(v *vm) *Error {
+	if _, ok := v.conf.get("agent"); !ok {
+		return AgentNotConfigured()
+	}
+	if !v.running {
+		return AgentVMNotRunning(v.vmid)
+	}
+	if v.agentWait > 0 {
+		v.agentWait--
+		if v.agentWait > 0 {
+			return GuestAgentNotRunning()
+		}
+	}
+	if v.agent.Mode == AgentNotRunning {
+		return GuestAgentNotRunning()
+	}
+	return nil
+}
+
 // agentNetwork is GET .../agent/network-get-interfaces: the VM's config,
 // then assert_agent_available (configured, VM running, agent answering),
 // then the command; the answer is {"result": [...]}.
@@ -109,22 +131,10 @@ func (s *Server) agentNetwork(c *call) (any, *Error) {
 	if e != nil {
 		return nil, e
 	}
-	if _, ok := v.conf.get("agent"); !ok {
-		return nil, AgentNotConfigured()
+	if e := s.assertAgentAvailable(v); e != nil {
+		return nil, e
 	}
-	if !v.running {
-		return nil, AgentVMNotRunning(v.vmid)
-	}
-	if v.agentWait > 0 {
-		v.agentWait--
-		if v.agentWait > 0 {
-			return nil, GuestAgentNotRunning()
-		}
-	}
-	switch v.agent.Mode {
-	case AgentNotRunning:
-		return nil, GuestAgentNotRunning()
-	case AgentQMPTimeout:
+	if v.agent.Mode == AgentQMPTimeout {
 		return nil, QMPTimeout("guest-network-get-interfaces")
 	}
 	ifs := v.agent.Interfaces

@@ -449,6 +449,12 @@ func init() {
 		{method: "GET", path: vmPath("/agent/network-get-interfaces"), proxy: true,
 			perm:   perm("/vms/{vmid}", true, "VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted"),
 			params: vm, handle: h((*Server).agentNetwork)},
+		{method: "GET", path: vmPath("/agent/file-read"), proxy: true,
+			perm: perm("/vms/{vmid}", true, "VM.GuestAgent.FileRead", "VM.GuestAgent.Unrestricted"),
+			params: withParams(vm, schema{"file": {typ: tString},
+				"count":  {typ: tInteger, optional: true, min: fptr(1), max: fptr(maxReadSize)},
+				"decode": pBool, "offset": {typ: tInteger, optional: true, min: fptr(0)}}),
+			handle: h((*Server).agentFileRead)},
 
 		{method: "GET", path: []string{"nodes", "{node}", "storage"}, proxy: true,
 			params: schema{"node": pNode, "storage": pStorage.opt(), "content": pString, "enabled": pBool,

@@ -21,6 +21,7 @@
 // .../status/current; POST .../status/start, stop, shutdown, suspend (pause,
 // or hibernate with todisk=1), resume; DELETE /nodes/{node}/qemu/{vmid}
 // (purge, destroy-unreferenced-disks); GET .../agent/network-get-interfaces;
+// GET .../agent/file-read (file, count, decode, offset);
 // GET /nodes/{node}/storage; GET .../storage/{storage}/status; GET
 // .../storage/{storage}/content; DELETE .../content/{volume} (the volume ID
 // may contain "/", as PVE's fragmentDelimiter allows); POST
@@ -112,6 +113,13 @@
 // boots (Agent.BootSteps, SetAgentBootSteps) or when SetAgent says so, the
 // QMP timeout, or {"result":[...]} with lo and eth0 (net0's MAC, an address
 // of 192.0.2.0/24, TEST-NET-1: nothing listens there, never connect to it).
+// agent/file-read reads the guest's files (SetGuestFile, RemoveGuestFile;
+// /run is emptied by a stop): "Agent error: failed to open file '<path>'
+// (mode: 'r'): No such file or directory" for a missing one, at most 16 MiB
+// with "truncated": 1 beyond. A guest runs the operator's serving reporter
+// by default: servingreport.ReportPath reads as a report stamped at the
+// read that says the proxy answers, until a test writes or removes it
+// (SetGuestReport).
 //
 // Storage: uploads (ISO or vztmpl; file-based storages only; names
 // normalised; the extension checked; the content type enabled) finish as
@@ -133,7 +141,8 @@
 // Privileges per path: each token has an ACL (path, privileges,
 // propagate); the most specific entry that applies wins. Routes check what
 // PVE's schemas name (VM.Audit, VM.Config.* per option, VM.Clone and
-// VM.Allocate on the new VMID, VM.PowerMgmt, VM.GuestAgent.Audit,
+// VM.Allocate on the new VMID, VM.PowerMgmt, VM.GuestAgent.Audit and
+// .FileRead (or .Unrestricted),
 // Datastore.Allocate/AllocateSpace/AllocateTemplate/Audit, Sys.Audit on
 // nodes and on other tokens' tasks); lists leave out what the token may not
 // see. Revoke takes privileges away on one path.
@@ -145,10 +154,11 @@
 // Advance steps pass), ClearFaults, Holding, SetTaskPolls, SetTaskOutcome,
 // SetLockWaitPolls, Advance, Settle, StartClock (steps on wall time, for
 // tests that cannot step in lockstep), SetAgent, SetAgentBootSteps,
-// SetNodeOffline, SetStorageFull, SetStorageActive, SetStatsInterval,
-// SetNextID, SetLock, SetVMRunning, MigrateVM, PutVM, PutVolume,
-// SetTokenACL, Revoke, and VM, VMIDs, Volumes, Tasks to inspect; Reset
-// returns to the starting world. Every method is safe for concurrent use.
+// SetGuestFile, SetGuestReport, RemoveGuestFile, SetNodeOffline,
+// SetStorageFull, SetStorageActive, SetStatsInterval, SetNextID, SetLock,
+// SetVMRunning, MigrateVM, PutVM, PutVolume, SetTokenACL, Revoke, and VM,
+// VMIDs, Volumes, Tasks to inspect; Reset returns to the starting world.
+// Every method is safe for concurrent use.
 //
 // # What is not modelled
 //

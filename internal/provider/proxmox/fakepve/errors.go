@@ -171,6 +171,22 @@ func QMPTimeout(command string) *Error {
 	return die("qmp command '%s' failed - got timeout\n", command)
 }
 
+// AgentError: a guest agent command qemu-ga answered with an error; PVE
+// dies with its description.
+// Source: qemu-server QemuServer/Agent.pm agent_cmd, check_agent_error
+// ("Agent error: $desc"); QMPClient.pm cmd (a qga error answer is
+// returned as {error}, not died on).
+func AgentError(desc string) *Error { return die("Agent error: %s\n", desc) }
+
+// GuestFileNotFound: agent/file-read of a path the guest does not have.
+// file-read opens it with no mode, so qemu-ga's "r"; its
+// safe_open_or_create fails with error_setg_errno (": " and strerror).
+// Source: as AgentError; qemu qga/commands-posix.c safe_open_or_create,
+// qmp_guest_file_open; fixture agent-file-read-missing.json.
+func GuestFileNotFound(path string) *Error {
+	return AgentError("failed to open file '" + path + "' (mode: 'r'): No such file or directory")
+}
+
 // NoFreeVMID: /cluster/nextid found no free VMID in the datacenter range.
 // Source: pve-manager API2/Cluster.pm nextid.
 func NoFreeVMID(lower, upper int) *Error {

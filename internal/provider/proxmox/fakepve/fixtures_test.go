@@ -14,6 +14,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 )
 
 // The fixtures (testdata/fixtures, a copy of ../shared/recipes/proxmox/fixtures)
@@ -180,7 +183,17 @@ func resourceOrder(a, b string) bool {
 	return false
 }
 
+// reportAt is the serving report the agent-file-read fixture holds.
+var reportAt = servingreport.Report{Serving: true, Checked: time.Unix(1764057600, 0), Answered: time.Unix(1764057600, 0),
+	Version: "5.7", CloudInit: servingreport.CloudInitDone}
+
 var replays = map[string]replay{
+	"agent-file-read.json": {world: withVM101(true), via: "knob",
+		setup: func(t *testing.T, e *env) string { e.s.SetGuestReport(101, reportAt); return "" }},
+	"agent-file-read-missing.json": {world: withVM101(true), via: "knob",
+		setup: func(t *testing.T, e *env) string { e.s.RemoveGuestFile(101, servingreport.ReportPath); return "" }},
+	"agent-file-read-not-running.json": {world: withVM101(true), via: "knob",
+		setup: func(t *testing.T, e *env) string { e.s.SetAgent(101, Agent{Mode: AgentNotRunning}); return "" }},
 	"agent-network-get-interfaces-not-configured.json": {world: withVM101NoAgent},
 	"agent-network-get-interfaces-not-running.json": {world: withVM101(true), via: "knob",
 		setup: func(t *testing.T, e *env) string { e.s.SetAgent(101, Agent{Mode: AgentNotRunning}); return "" }},

@@ -17,9 +17,11 @@ type vm struct {
 	qmp       string
 	stats     Stats
 	agent     Agent
-	agentWait int   // Advance steps or agent polls until the agent answers
-	flock     *task // the task holding the config lock
-	rrd       obj   // the last statistics snapshot (SetStatsInterval > 0)
+	agentWait int               // Advance steps or agent polls until the agent answers
+	files     map[string][]byte // the guest's files (SetGuestFile)
+	reportSet bool              // a test wrote or removed the serving report: no default reporter
+	flock     *task             // the task holding the config lock
+	rrd       obj               // the last statistics snapshot (SetStatsInterval > 0)
 }
 
 func (v *vm) getDigest() string {
@@ -239,6 +241,7 @@ func (s *Server) setPower(v *vm, qmp string) {
 	}
 	if !v.running {
 		v.stats = Stats{}
+		v.stopped()
 	}
 }
 
