@@ -232,7 +232,19 @@ func (cl *cluster) testFetchThroughSquid(t *testing.T) {
 
 	// Only the allowed client's own address is admitted, so the refused
 	// one, on the same bridge, is outside allowedSourceRanges.
-	p := cl.waitReady(t, cl.createProxy(t, "fetch", podsProvider, []string{allowed.Status.PodIP + "/32"}))
+	// Waited for as docs/operations.md tells users to: kubectl wait. Ready
+	// means the proxy answers, so the one fetch below, right after it
+	// returns and never retried, must succeed (issue 22).
+	p := cl.createProxy(t, "fetch", podsProvider, []string{allowed.Status.PodIP + "/32"})
+	applied := time.Now()
+	if out, err := cl.kubectlWithin(t, slow+time.Minute, "-n", cl.ns, "wait", "--for=condition=Ready", "proxy/"+p.Name,
+		fmt.Sprintf("--timeout=%ds", int(slow/time.Second))); err != nil {
+		t.Fatalf("kubectl wait --for=condition=Ready proxy/%s: %v: %s", p.Name, err, out)
+	}
+	t.Logf("TIMING apply->kubectl wait --for=condition=Ready returned %.1fs", time.Since(applied).Seconds())
+	if err := cl.c.Get(context.Background(), client.ObjectKeyFromObject(p), p); err != nil {
+		t.Fatal(err)
+	}
 	squid := p.Status.IP
 	url := fmt.Sprintf("http://%s:%d/index.html", origin.Status.PodIP, originPort)
 
@@ -957,7 +969,13 @@ func (cl *cluster) accessLines(t *testing.T, pod corev1.Pod) (string, []map[stri
 
 func (cl *cluster) kubectlOut(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	return cl.kubectlWithin(t, time.Minute, args...)
+}
+
+// kubectlWithin runs kubectl, killed after bound.
+func (cl *cluster) kubectlWithin(t *testing.T, bound time.Duration, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cl.kubectl, append([]string{"--kubeconfig", cl.kubeconfig}, args...)...)
 	var stderr bytes.Buffer
