@@ -106,7 +106,7 @@ func TestGetReadsTheGuestsServingReport(t *testing.T) {
 		t.Errorf("LastAnswered %v, want %v", got.LastAnswered, answered)
 	}
 	step("stopped answering", &servingreport.Report{Answered: answered, CloudInit: servingreport.CloudInitDone},
-		provider.ServingNotAnswering, "stopped answering; it last answered at "+answered.UTC().Format(time.RFC3339), "")
+		provider.ServingNotAnswering, "it last answered at "+answered.UTC().Format(time.RFC3339), "")
 	step("cloud-init failed", &servingreport.Report{CloudInit: servingreport.CloudInitError, CloudInitError: "('scripts_user', RuntimeError('runparts: 1 failed'))"},
 		provider.ServingNotAnswering, "cloud-init: error", "('scripts_user', RuntimeError('runparts: 1 failed'))")
 	step("withdrawn", nil, provider.ServingNotAnswering, notReportedYet, "")

@@ -43,7 +43,7 @@ func TestGet_ServingSignal(t *testing.T) {
 			serving: provider.ServingNotAnswering, detail: "not answering yet (cloud-init: running)"},
 		{name: "stopped answering",
 			files:   report(servingreport.Report{Checked: now.Add(-2 * time.Second), Answered: now.Add(-40 * time.Second), CloudInit: "done"}),
-			serving: provider.ServingNotAnswering, detail: "stopped answering; it last answered at 2026-12-02T20:59:20Z (cloud-init: done)"},
+			serving: provider.ServingNotAnswering, detail: "it last answered at 2026-12-02T20:59:20Z (cloud-init: done)"},
 		{name: "cloud-init failed",
 			files:   report(servingreport.Report{Checked: now.Add(-2 * time.Second), CloudInit: "error", CloudInitError: "('scripts-user', RuntimeError('x'))"}),
 			serving: provider.ServingNotAnswering, detail: "not answering yet (cloud-init: error)", setupErr: "('scripts-user', RuntimeError('x'))"},

@@ -64,7 +64,7 @@ func TestGetServingFromTheGuestReport(t *testing.T) {
 	later := now.Add(30 * time.Second)
 	e.fake.SetGuestReport(150, servingreport.Report{Checked: later, Answered: now, CloudInit: servingreport.CloudInitDone})
 	in := get("stopped answering")
-	if in.Serving != provider.ServingNotAnswering || !in.LastAnswered.Equal(now) || !strings.HasPrefix(in.ServingDetail, "stopped answering") {
+	if in.Serving != provider.ServingNotAnswering || !in.LastAnswered.Equal(now) || !strings.HasPrefix(in.ServingDetail, "it last answered at ") {
 		t.Errorf("Squid stopped: %s %q, last answered %v", in.Serving, in.ServingDetail, in.LastAnswered)
 	}
 

@@ -194,7 +194,7 @@ func (r Report) Signal(now time.Time) Signal {
 	case r.Answered.IsZero():
 		s.Detail = "not answering yet"
 	default:
-		s.Detail = "stopped answering; it last answered at " + r.Answered.Format(time.RFC3339)
+		s.Detail = "it last answered at " + r.Answered.Format(time.RFC3339)
 	}
 	if r.CloudInit != "" {
 		s.Detail += " (cloud-init: " + r.CloudInit + ")"

@@ -75,7 +75,7 @@ func TestSignal(t *testing.T) {
 		{name: "not yet, cloud-init running", r: Report{Checked: ago(3 * time.Second), CloudInit: "running"},
 			serving: provider.ServingNotAnswering, detail: "not answering yet (cloud-init: running)"},
 		{name: "stopped answering", r: Report{Checked: ago(3 * time.Second), Answered: ago(33 * time.Second), CloudInit: "done"},
-			serving: provider.ServingNotAnswering, detail: "stopped answering; it last answered at 2026-12-02T20:59:27Z (cloud-init: done)"},
+			serving: provider.ServingNotAnswering, detail: "it last answered at 2026-12-02T20:59:27Z (cloud-init: done)"},
 		{name: "cloud-init failed, nothing answers", r: Report{Checked: ago(time.Second), CloudInit: "error", CloudInitError: "('scripts-user', RuntimeError('x'))"},
 			serving: provider.ServingNotAnswering, detail: "not answering yet (cloud-init: error)", setupErr: "('scripts-user', RuntimeError('x'))"},
 		{name: "cloud-init failed without a line", r: Report{Checked: ago(time.Second), CloudInit: "error"},

@@ -44,6 +44,9 @@ const reporterScript = `#!/bin/bash
 # .invalid, which it answers itself without sending anything anywhere.
 set -u
 export LC_ALL=C
+# A proxy that answers and closes before it read the whole question must
+# not kill the reporter: a write then fails instead.
+trap '' PIPE
 port=${1:?usage: egress-proxy-serving PORT file|guest-attribute}
 publish=${2:?usage: egress-proxy-serving PORT file|guest-attribute}
 report=${EGRESS_PROXY_REPORT:-@REPORT@}

@@ -81,6 +81,12 @@ func (g *guest) run(t *testing.T, port int, publish Publish, extraEnv ...string)
 // fakeProxy answers every request with 403 from itself, as the generated
 // Squid answers the probe, and hands over each request line it read.
 func fakeProxy(t *testing.T) (port int, requests <-chan string, stop func()) {
+	return fakeProxyClosing(t, false)
+}
+
+// fakeProxyClosing is fakeProxy; with closeEarly it answers and closes
+// after the request line.
+func fakeProxyClosing(t *testing.T, closeEarly bool) (port int, requests <-chan string, stop func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -95,8 +101,23 @@ func fakeProxy(t *testing.T) (port int, requests <-chan string, stop func()) {
 			}
 			go func() {
 				defer c.Close()
-				line, _ := bufio.NewReader(c).ReadString('\n')
-				reqs <- strings.TrimRight(line, "\r\n")
+				br := bufio.NewReader(c)
+				line, _ := br.ReadString('\n')
+				select {
+				case reqs <- strings.TrimRight(line, "\r\n"):
+				default: // nobody reads them
+				}
+				if closeEarly {
+					// Answer after the first line, before the rest of the
+					// question: the reporter must survive the closed socket.
+					io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nConnection: close\r\n\r\n")
+					return
+				}
+				for {
+					if h, err := br.ReadString('\n'); err != nil || h == "\r\n" {
+						break
+					}
+				}
 				io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nServer: squid\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 			}()
 		}
@@ -123,8 +144,22 @@ func TestReporter_AnswersThenStops(t *testing.T) {
 	if r.Serving || !r.Answered.Equal(answered) {
 		t.Fatalf("after the proxy stopped: %+v, want serving no and answered kept at %v", r, answered)
 	}
-	if s := r.Signal(time.Now()); !strings.HasPrefix(s.Detail, "stopped answering") {
+	if s := r.Signal(time.Now()); !strings.HasPrefix(s.Detail, "it last answered at ") {
 		t.Errorf("signal after a stop: %+v", s)
+	}
+}
+
+// TestReporter_SurvivesAnEarlyClose: a proxy that answers after the
+// request line and closes makes the reporter's next write fail, not kill
+// it (SIGPIPE); its answer still counts.
+func TestReporter_SurvivesAnEarlyClose(t *testing.T) {
+	g := newGuest(t, readFixture(t, "cloud-init-22.4-done.txt"))
+	port, _, stop := fakeProxyClosing(t, true)
+	defer stop()
+	for i := 0; i < 20; i++ {
+		if r, _ := g.run(t, port, PublishFile); !r.Serving {
+			t.Fatalf("run %d: %+v", i, r)
+		}
 	}
 }
 
