@@ -40,12 +40,12 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./..."
 
 .PHONY: providers-doc
-providers-doc: ## Generate docs/providers.md from the providers' profiles (internal/provider/*/profile.go).
-	$(GO) run ./hack/providers-doc -o docs/providers.md
+providers-doc: ## Generate docs/providers.md and docs/api.md's ready-per-provider block from the providers' profiles (internal/provider/*/profile.go).
+	$(GO) run ./hack/providers-doc -o docs/providers.md -api docs/api.md
 
 .PHONY: verify-generated
 verify-generated: manifests generate providers-doc ## Fail when generated files are stale.
-	@git diff --exit-code -- api config/crd config/rbac docs/providers.md || { echo "generated files are stale: run 'make manifests generate providers-doc' and commit"; exit 1; }
+	@git diff --exit-code -- api config/crd config/rbac docs/providers.md docs/api.md || { echo "generated files are stale: run 'make manifests generate providers-doc' and commit"; exit 1; }
 
 .PHONY: fmt
 fmt:

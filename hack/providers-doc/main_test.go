@@ -3,16 +3,20 @@ package main
 import (
 	"bytes"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/descriptor"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/profile"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 )
 
-// TestPageIsCurrent fails when docs/providers.md is not what the
-// descriptors give (a profile changed without `make providers-doc`), as
-// `make verify-generated` does, and when a guide it links is missing.
+// TestPageIsCurrent fails when docs/providers.md or docs/api.md's ready
+// block is not what the descriptors give (a profile changed without `make
+// providers-doc`), as `make verify-generated` does, and when a guide it
+// links is missing.
 func TestPageIsCurrent(t *testing.T) {
 	want, err := render(registry.Descriptors())
 	if err != nil {
@@ -24,6 +28,17 @@ func TestPageIsCurrent(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("docs/providers.md is stale: run make providers-doc and commit it")
+	}
+	wantAPI, err := renderAPIPage("../../docs/api.md", registry.Descriptors())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotAPI, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(gotAPI, wantAPI) {
+		t.Errorf("docs/api.md's ready-per-provider block is stale: run make providers-doc and commit it")
 	}
 	if err := checkGuides(registry.Descriptors(), "../../docs"); err != nil {
 		t.Error(err)
@@ -81,5 +96,169 @@ func TestRenderTable(t *testing.T) {
 	broken[1].Profile.Port = ""
 	if _, err := render(broken); err == nil || !strings.Contains(err.Error(), "port: no text") {
 		t.Errorf("render of an invalid profile: %v, want the validation error", err)
+	}
+}
+
+// TestReadyBlock checks the rendered ready-per-provider table: a row per
+// descriptor named as on providers.md, the signal, its fixed meaning and
+// the note (pipes escaped), several values joined, and an unknown or
+// missing signal refused.
+func TestReadyBlock(t *testing.T) {
+	one := func(names []string, signal profile.Choice[profile.ServingSignal]) descriptor.Descriptor {
+		return descriptor.Descriptor{TypeNames: names, Profile: profile.Profile{ServingSignal: signal}}
+	}
+	for _, tc := range []struct {
+		name        string
+		descriptors []descriptor.Descriptor
+		wantRows    []string
+		wantErr     string
+	}{{
+		name: "one row per descriptor, in order",
+		descriptors: []descriptor.Descriptor{
+			one([]string{"local"}, profile.Is(profile.ServingListener).Note("own | listener")),
+			one([]string{"kvm", "kvm2"}, profile.Is(profile.ServingGuestAgent)),
+		},
+		wantRows: []string{
+			"| `local` | *listener* | True while the operator's own listener accepts | own \\| listener |",
+			"| `kvm`/`kvm2` | *guest-agent* | True while the guest's reporter says Squid answers, read through the QEMU guest agent |  |",
+		},
+	}, {
+		name: "several values",
+		descriptors: []descriptor.Descriptor{
+			one([]string{"x"}, profile.Is(profile.ServingGuestAttributes, profile.ServingNone).Note("old instances: none")),
+		},
+		wantRows: []string{
+			"| `x` | *guest-attributes*, *none* | True while the guest's reporter says Squid answers, read from a GCE guest attribute; True when the instance runs with an address (no signal) | old instances: none |",
+		},
+	}, {
+		name:        "unknown value",
+		descriptors: []descriptor.Descriptor{one([]string{"x"}, profile.Is(profile.ServingSignal("smoke")))},
+		wantErr:     `profile of x: serving-signal: "smoke" has no meaning`,
+	}, {
+		name:        "no value",
+		descriptors: []descriptor.Descriptor{one([]string{"x"}, profile.Choice[profile.ServingSignal]{})},
+		wantErr:     "profile of x: serving-signal: no value",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			block, err := readyBlock(tc.descriptors)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rows []string
+			for _, l := range strings.Split(block, "\n") {
+				if strings.HasPrefix(l, "| `") {
+					rows = append(rows, l)
+				}
+			}
+			if !slices.Equal(rows, tc.wantRows) {
+				t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(rows, "\n"), strings.Join(tc.wantRows, "\n"))
+			}
+			if !strings.Contains(block, "| Type | Serving signal | What `Ready` means | Note |\n|---|---|---|---|\n") {
+				t.Errorf("no table header in:\n%s", block)
+			}
+		})
+	}
+
+	// The Ready section's tests (api/v1alpha1, internal/controller) take
+	// lines matching this for reasons; the shipped rows must not match.
+	block, err := readyBlock(registry.Descriptors())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile("(?m)^\\| `(\\w+)` \\| (True|False) \\|").FindString(block); m != "" {
+		t.Errorf("a row reads as a Ready reason: %q", m)
+	}
+	if n := strings.Count(block, "\n| `"); n != len(registry.Descriptors()) {
+		t.Errorf("%d rows, want one per descriptor (%d)", n, len(registry.Descriptors()))
+	}
+}
+
+// TestReadyMeaningCoversVocabulary: a new serving-signal value needs its
+// sentence here, so the generator fails before a profile uses it.
+func TestReadyMeaningCoversVocabulary(t *testing.T) {
+	vocabulary := profile.Vocabulary("serving-signal")
+	if len(vocabulary) == 0 {
+		t.Fatal("no vocabulary for serving-signal: was the axis renamed?")
+	}
+	for _, v := range vocabulary {
+		if readyMeaning[profile.ServingSignal(v)] == "" {
+			t.Errorf("serving-signal %q has no meaning in readyMeaning", v)
+		}
+	}
+	if len(readyMeaning) != len(vocabulary) {
+		t.Errorf("readyMeaning has %d values, the vocabulary %d", len(readyMeaning), len(vocabulary))
+	}
+}
+
+// TestSplice: the block replaces what lies between the markers, every
+// byte outside them is kept, and missing, repeated or swapped markers
+// are refused by name.
+func TestSplice(t *testing.T) {
+	const before, after = "# Page\r\n\ntext  \n", "\n\ntrailing, no newline"
+	for _, tc := range []struct {
+		name, page, want, wantErr string
+	}{{
+		name: "empty block replaced",
+		page: before + readyBegin + "\n" + readyEnd + after,
+		want: before + readyBegin + "\n\nBLOCK\n\n" + readyEnd + after,
+	}, {
+		name: "old block replaced",
+		page: before + readyBegin + "\nold | row\nmore\n" + readyEnd + after,
+		want: before + readyBegin + "\n\nBLOCK\n\n" + readyEnd + after,
+	}, {
+		name:    "no begin marker",
+		page:    before + readyEnd + after,
+		wantErr: "no marker \"<!-- BEGIN generated by hack/providers-doc: ready per provider",
+	}, {
+		name:    "no end marker",
+		page:    before + readyBegin + after,
+		wantErr: "no marker \"<!-- END generated by hack/providers-doc: ready per provider",
+	}, {
+		name:    "no markers",
+		page:    before + after,
+		wantErr: "no marker",
+	}, {
+		name:    "begin twice",
+		page:    readyBegin + before + readyBegin + readyEnd,
+		wantErr: "is there 2 times, want once",
+	}, {
+		name:    "swapped",
+		page:    before + readyEnd + "\n" + readyBegin + after,
+		wantErr: "comes before",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := splice([]byte(tc.page), "\nBLOCK\n\n")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+			again, err := splice(got, "\nBLOCK\n\n")
+			if err != nil || !bytes.Equal(again, got) {
+				t.Errorf("splicing the result again changed it: %q, %v", again, err)
+			}
+		})
+	}
+
+	// renderAPIPage names the file whose markers are missing.
+	path := t.TempDir() + "/api.md"
+	if err := os.WriteFile(path, []byte(before+after), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := renderAPIPage(path, registry.Descriptors()); err == nil || !strings.HasPrefix(err.Error(), path+": no marker") {
+		t.Errorf("renderAPIPage of a page without markers: %v, want an error naming %s", err, path)
 	}
 }
