@@ -214,7 +214,7 @@ func TestProxyEndToEnd(t *testing.T) {
 		ProvidersConfig: configPath, MetricsAddr: "0", ProbeAddr: "0",
 		InstallationID: "e2e-" + randHex(t), Namespaces: []string{ns}, SkipControllerNameValidation: true,
 		RunningResync: runningResync,
-		Types: rec.types(t, registry.DefaultTypes()),
+		Types:         rec.types(t, registry.DefaultTypes()),
 	})
 	if err != nil {
 		t.Fatal(err)
