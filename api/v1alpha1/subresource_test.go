@@ -172,6 +172,8 @@ func TestPrinterColumns(t *testing.T) {
 			{Name: "Provider", Type: "string", JSONPath: ".spec.provider"},
 			{Name: "Class", Type: "string", JSONPath: ".spec.className"},
 			{Name: "Phase", Type: "string", JSONPath: ".status.phase"},
+			{Name: "Ready", Type: "string", JSONPath: `.status.conditions[?(@.type=="Ready")].status`},
+			{Name: "Reason", Type: "string", JSONPath: `.status.conditions[?(@.type=="Ready")].reason`},
 			{Name: "Endpoint", Type: "string", JSONPath: ".status.endpoint"},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 		}},
@@ -220,7 +222,9 @@ func TestProxyTable(t *testing.T) {
 	if err := env.Client.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	p.Status = v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, Endpoint: "127.0.0.1:40001"}
+	p.Status = v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, Endpoint: "127.0.0.1:40001", Conditions: []metav1.Condition{{
+		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRunning, Message: "serving at 127.0.0.1:40001",
+		LastTransitionTime: metav1.Now()}}}
 	if err := env.Client.Status().Update(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -252,14 +256,15 @@ func TestProxyTable(t *testing.T) {
 	for _, c := range table.ColumnDefinitions {
 		names = append(names, c.Name)
 	}
-	if want := []string{"Name", "Provider", "Class", "Phase", "Endpoint", "Age"}; !slices.Equal(names, want) {
+	if want := []string{"Name", "Provider", "Class", "Phase", "Ready", "Reason", "Endpoint", "Age"}; !slices.Equal(names, want) {
 		t.Fatalf("columns %v, want %v", names, want)
 	}
 	if len(table.Rows) != 1 {
 		t.Fatalf("%d rows, want 1", len(table.Rows))
 	}
 	cells := table.Rows[0].Cells
-	if cells[0] != "shown" || cells[1] != "local" || cells[2] != "team-a" || cells[3] != "Running" || cells[4] != "127.0.0.1:40001" {
+	if cells[0] != "shown" || cells[1] != "local" || cells[2] != "team-a" || cells[3] != "Running" ||
+		cells[4] != "True" || cells[5] != "Running" || cells[6] != "127.0.0.1:40001" {
 		t.Fatalf("row %v", cells)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp/fakecompute"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp/gcptest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -279,6 +280,14 @@ func TestGCPProxyLifecycleRequestLog(t *testing.T) {
 	door.release()
 	waitFake("the create step's insert followed to its end", insertWaited)
 	step("create step (background): rule, insert, operations")
+	// The guest's reporter publishes that Squid answers once the VM runs
+	// (on GCE: the startup script's timer).
+	gZone, gName, _ := strings.Cut(strings.TrimPrefix(px.Status.ProviderID, "zones/"), "/instances/")
+	now := time.Now()
+	if err := gce.Fake.SetGuestAttribute(gce.Project, gZone, gName, servingreport.GuestAttributeNamespace, servingreport.GuestAttributeKey,
+		servingreport.Format(servingreport.Report{Serving: true, Checked: now, Answered: now, CloudInit: servingreport.CloudInitDone})); err != nil {
+		t.Fatalf("the guest's report: %v", err)
+	}
 	px = d.reconcileUntil("web", 5, "Ready", hasReason("True/Running"))
 	if !strings.HasPrefix(px.Status.IP, "203.0.113.") || px.Status.Endpoint != px.Status.IP+":3128" {
 		t.Errorf("endpoint %q ip %q", px.Status.Endpoint, px.Status.IP)
