@@ -469,9 +469,18 @@ func waitHealthy(t *testing.T, env *testenv.Env, name string) *egressv1.Provider
 // message on the way (the provider's progress).
 func waitReady(t *testing.T, env *testenv.Env, key client.ObjectKey, since time.Time) *egressv1.Proxy {
 	t.Helper()
+	px, _ := waitCondition(t, env, key, since, "Ready", func(c *metav1.Condition) bool { return c.Status == metav1.ConditionTrue })
+	return px
+}
+
+// waitCondition waits until the Proxy's Ready condition satisfies ok,
+// logging each change of its reason or message since since.
+func waitCondition(t *testing.T, env *testenv.Env, key client.ObjectKey, since time.Time, what string, ok func(*metav1.Condition) bool) (*egressv1.Proxy, metav1.Condition) {
+	t.Helper()
 	px := &egressv1.Proxy{}
+	var got metav1.Condition
 	last := ""
-	testenv.EventuallyNilWithin(t, readyBound, "Proxy "+key.String()+" Ready", func() error {
+	testenv.EventuallyNilWithin(t, readyBound, "Proxy "+key.String()+" "+what, func() error {
 		if err := env.Client.Get(context.Background(), key, px); err != nil {
 			return err
 		}
@@ -480,15 +489,16 @@ func waitReady(t *testing.T, env *testenv.Env, key client.ObjectKey, since time.
 			return fmt.Errorf("no Ready condition yet")
 		}
 		if line := c.Reason + ": " + c.Message; line != last {
-			t.Logf("%5.1fs Ready=%s %s", time.Since(since).Seconds(), c.Status, line)
+			t.Logf("%5.1fs %s Ready=%s %s", time.Since(since).Seconds(), key.Name, c.Status, line)
 			last = line
 		}
-		if c.Status != metav1.ConditionTrue {
+		if !ok(c) {
 			return fmt.Errorf("Ready=%s %s: %s", c.Status, c.Reason, c.Message)
 		}
+		got = *c
 		return nil
 	})
-	return px
+	return px, got
 }
 
 func randHex(t *testing.T) string {

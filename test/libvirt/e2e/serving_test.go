@@ -16,7 +16,6 @@ import (
 	libvirtrpc "github.com/digitalocean/go-libvirt"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -121,7 +120,7 @@ func servingSignal(t *testing.T, env *testenv.Env, op *operator.Operator, rec *c
 	})
 
 	// The failing guest: CloudInitFailed with cloud-init's error line.
-	c := waitReasonWithin(t, env, client.ObjectKeyFromObject(broken), broken.CreationTimestamp.Time, egressv1.ReasonCloudInitFailed)
+	c := waitReason(t, env, client.ObjectKeyFromObject(broken), broken.CreationTimestamp.Time, egressv1.ReasonCloudInitFailed)
 	t.Logf("TIMING apply->CloudInitFailed %.1fs: %s", time.Since(broken.CreationTimestamp.Time).Seconds(), c.Message)
 	if !strings.Contains(c.Message, "scripts") {
 		t.Errorf("the condition does not carry cloud-init's error line: %s", c.Message)
@@ -173,37 +172,11 @@ func gets(rec *calls) []string {
 	return ids
 }
 
-// waitReason waits until the Proxy's Ready reason is reason, logging each
-// change.
-func waitReason(t *testing.T, env *testenv.Env, key client.ObjectKey, since time.Time, reason string) {
+// waitReason waits until the Proxy's Ready reason is reason.
+func waitReason(t *testing.T, env *testenv.Env, key client.ObjectKey, since time.Time, reason string) metav1.Condition {
 	t.Helper()
-	waitReasonWithin(t, env, key, since, reason)
-}
-
-func waitReasonWithin(t *testing.T, env *testenv.Env, key client.ObjectKey, since time.Time, reason string) metav1.Condition {
-	t.Helper()
-	var got metav1.Condition
-	last := ""
-	testenv.EventuallyNilWithin(t, readyBound, "Proxy "+key.String()+" "+reason, func() error {
-		px := &egressv1.Proxy{}
-		if err := env.Client.Get(context.Background(), key, px); err != nil {
-			return err
-		}
-		c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady)
-		if c == nil {
-			return fmt.Errorf("no Ready condition yet")
-		}
-		if line := c.Reason + ": " + c.Message; line != last {
-			t.Logf("%5.1fs %s Ready=%s %s", time.Since(since).Seconds(), key.Name, c.Status, line)
-			last = line
-		}
-		if c.Reason != reason {
-			return fmt.Errorf("Ready=%s %s: %s", c.Status, c.Reason, c.Message)
-		}
-		got = *c
-		return nil
-	})
-	return got
+	_, c := waitCondition(t, env, key, since, reason, func(c *metav1.Condition) bool { return c.Reason == reason })
+	return c
 }
 
 // waitNewInstance waits until the Proxy records an instance other than old.

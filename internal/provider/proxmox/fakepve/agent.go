@@ -101,6 +101,23 @@ func linkLocal(mac string) string {
 		uint16(0xfe)<<8|uint16(b[3]), uint16(b[4])<<8|uint16(b[5]))
 }
 
+// agentCommand is what every agent/* endpoint does before its command
+// (cmd, the qga command it sends): the VM's config, then
+// assert_agent_available, then the command's answer or its timeout.
+func (s *Server) agentCommand(c *call, cmd string) (*vm, *Error) {
+	v, e := s.vmOn(c)
+	if e != nil {
+		return nil, e
+	}
+	if e := s.assertAgentAvailable(v); e != nil {
+		return nil, e
+	}
+	if v.agent.Mode == AgentQMPTimeout {
+		return nil, QMPTimeout(cmd)
+	}
+	return v, nil
+}
+
 // assertAgentAvailable is qemu-server's assert_agent_available: an agent
 // key in the config, the VM running, the agent answering its ping (a
 // booting agent counts its calls down here).
@@ -127,15 +144,9 @@ func (s *Server) assertAgentAvailable(v *vm) *Error {
 // then assert_agent_available (configured, VM running, agent answering),
 // then the command; the answer is {"result": [...]}.
 func (s *Server) agentNetwork(c *call) (any, *Error) {
-	v, e := s.vmOn(c)
+	v, e := s.agentCommand(c, "guest-network-get-interfaces")
 	if e != nil {
 		return nil, e
-	}
-	if e := s.assertAgentAvailable(v); e != nil {
-		return nil, e
-	}
-	if v.agent.Mode == AgentQMPTimeout {
-		return nil, QMPTimeout("guest-network-get-interfaces")
 	}
 	ifs := v.agent.Interfaces
 	if ifs == nil {

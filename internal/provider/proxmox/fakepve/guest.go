@@ -101,15 +101,9 @@ func (v *vm) stopped() {
 // count, decode, offset since 9.1, Feb 2026); qemu qga/commands-posix.c
 // guest-file-open/read (eof is feof after fread).
 func (s *Server) agentFileRead(c *call) (any, *Error) {
-	v, e := s.vmOn(c)
+	v, e := s.agentCommand(c, "guest-file-open")
 	if e != nil {
 		return nil, e
-	}
-	if e := s.assertAgentAvailable(v); e != nil {
-		return nil, e
-	}
-	if v.agent.Mode == AgentQMPTimeout {
-		return nil, QMPTimeout("guest-file-open")
 	}
 	path := c.p["file"]
 	data, ok := s.guestFile(v, path)
