@@ -129,7 +129,7 @@ func (p *Provider) adopt(ctx context.Context, b backend, h Host, dom libvirt.Dom
 		// written): the mark is completed, so the collector and the next
 		// adoption see the owner.
 		md.Marks.UID = req.UID
-		x, err := buildMetadata(md.Marks, md.CreatedAt, req.Namespace, req.ProxyName)
+		x, err := buildMetadata(md.Marks, md.CreatedAt, req.Namespace, req.ProxyName, md.ServingReport)
 		if err != nil {
 			return provider.Instance{}, err
 		}
@@ -254,7 +254,7 @@ func (p *Provider) build(stop context.Context, pl plan, req provider.CreateReque
 	}
 	progress(progressDefine)
 	metadata, err := buildMetadata(provider.Marks{Managed: true, UID: req.UID, Installation: p.opts.InstallationID},
-		p.now(), req.Namespace, req.ProxyName)
+		p.now(), req.Namespace, req.ProxyName, p.cfg.VendorData == "")
 	if err != nil {
 		return err
 	}

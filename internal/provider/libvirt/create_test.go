@@ -477,7 +477,7 @@ func TestCreateAdoptionGuard(t *testing.T) {
 			}
 			x := "<domain type='qemu'><name>" + name + "</name></domain>"
 			if tc.marks.Managed {
-				md, err := buildMetadata(tc.marks, p.now(), "", "")
+				md, err := buildMetadata(tc.marks, p.now(), "", "", false)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -610,7 +610,7 @@ func TestCreateAdoptionFillsAnEmptyUIDMark(t *testing.T) {
 		t.Fatal(err)
 	}
 	created := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
-	md, err := buildMetadata(provider.Marks{Managed: true, Installation: "test"}, created, "", "")
+	md, err := buildMetadata(provider.Marks{Managed: true, Installation: "test"}, created, "", "", false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func FuzzParseMetadata(f *testing.F) {
 			}
 			return
 		}
-		out, err := buildMetadata(md.Marks, md.CreatedAt, "ns", "name")
+		out, err := buildMetadata(md.Marks, md.CreatedAt, "ns", "name", md.ServingReport)
 		if err != nil {
 			t.Fatalf("buildMetadata of what %q parsed to: %v", s, err)
 		}
@@ -78,7 +78,7 @@ func FuzzParseMetadata(f *testing.F) {
 		if err != nil {
 			t.Fatalf("parseMetadata of its own %q: %v", out, err)
 		}
-		if back.Marks != md.Marks {
+		if back.Marks != md.Marks || back.ServingReport != md.ServingReport {
 			t.Fatalf("marks of %q: %+v, rewritten as %q: %+v", s, md.Marks, out, back.Marks)
 		}
 		// RFC 3339 has four-digit years: a hand-written time whose UTC

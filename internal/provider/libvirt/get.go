@@ -111,7 +111,7 @@ func (p *Provider) describe(ctx context.Context, b backend, h Host, dom libvirt.
 	inst := provider.Instance{
 		ID: formatID(h.Name, dom.Name), UID: md.Marks.UID, State: mapState(state, ip), IP: ip, CreatedAt: md.CreatedAt,
 	}
-	if inst.State == provider.StateRunning {
+	if inst.State == provider.StateRunning && md.ServingReport {
 		sig, err := p.serving(ctx, b, dom)
 		if err != nil {
 			return provider.Instance{}, err

@@ -79,7 +79,7 @@ func TestListByTagReadsMarksOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign, err := buildMetadata(provider.Marks{Managed: true, Installation: "other", UID: "u"}, p.now(), "", "")
+	foreign, err := buildMetadata(provider.Marks{Managed: true, Installation: "other", UID: "u"}, p.now(), "", "", false)
 	if err != nil {
 		t.Fatal(err)
 	}

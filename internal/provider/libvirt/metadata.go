@@ -31,17 +31,26 @@ type instanceMetadata struct {
 	Installation string   `xml:"installation"`
 	CreatedAt    string   `xml:"createdAt"`
 	Proxy        *proxyOf `xml:"proxy,omitempty"`
+	// ServingReport names where the guest's serving reporter publishes
+	// ("file": servingreport.ReportPath); absent on domains made before
+	// the reporter, or with a site's own vendor-data: no serving signal.
+	ServingReport string `xml:"servingReport"`
 }
 
 // instanceMetadataOut is the same element as written, in its namespace.
 type instanceMetadataOut struct {
-	XMLName      xml.Name `xml:"https://egress.proxy-operator.dev/libvirt/instance/v1 instance"`
-	Managed      string   `xml:"managed,omitempty"`
-	UID          string   `xml:"uid,omitempty"`
-	Installation string   `xml:"installation,omitempty"`
-	CreatedAt    string   `xml:"createdAt,omitempty"`
-	Proxy        *proxyOf `xml:"proxy,omitempty"`
+	XMLName       xml.Name `xml:"https://egress.proxy-operator.dev/libvirt/instance/v1 instance"`
+	Managed       string   `xml:"managed,omitempty"`
+	UID           string   `xml:"uid,omitempty"`
+	Installation  string   `xml:"installation,omitempty"`
+	CreatedAt     string   `xml:"createdAt,omitempty"`
+	Proxy         *proxyOf `xml:"proxy,omitempty"`
+	ServingReport string   `xml:"servingReport,omitempty"`
 }
+
+// servingReportFile is the metadata's servingReport of a domain whose
+// vendor-data installs the reporter.
+const servingReportFile = "file"
 
 type proxyOf struct {
 	Namespace string `xml:"namespace,attr"`
@@ -52,8 +61,11 @@ type proxyOf struct {
 // one on every <metadata> child). Whether DomainSetMetadata keeps this
 // declaration beside the key's prefix is for the real-libvirtd tests to
 // show; parseMetadata reads either form.
-func buildMetadata(m provider.Marks, createdAt time.Time, proxyNamespace, proxyName string) (string, error) {
+func buildMetadata(m provider.Marks, createdAt time.Time, proxyNamespace, proxyName string, servingReport bool) (string, error) {
 	md := instanceMetadataOut{UID: m.UID, Installation: m.Installation}
+	if servingReport {
+		md.ServingReport = servingReportFile
+	}
 	if m.Managed {
 		md.Managed = provider.MarkManagedValue
 	}
@@ -74,6 +86,8 @@ func buildMetadata(m provider.Marks, createdAt time.Time, proxyNamespace, proxyN
 type parsedMetadata struct {
 	Marks     provider.Marks
 	CreatedAt time.Time // zero: unknown (absent or unparsable)
+	// ServingReport: the guest's reporter writes its report file.
+	ServingReport bool
 }
 
 // parseMetadata reads the element as DomainGetMetadata returns it (with or
@@ -92,6 +106,7 @@ func parseMetadata(s string) (parsedMetadata, error) {
 	out := parsedMetadata{Marks: provider.Marks{
 		Managed: md.Managed == provider.MarkManagedValue, UID: md.UID, Installation: md.Installation,
 	}}
+	out.ServingReport = md.ServingReport == servingReportFile
 	if md.CreatedAt != "" {
 		if t, err := time.Parse(time.RFC3339, md.CreatedAt); err == nil {
 			out.CreatedAt = t

@@ -2,6 +2,7 @@ package libvirt
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 func TestMetadataGolden(t *testing.T) {
 	created := time.Date(2026, 12, 1, 10, 20, 30, 0, time.FixedZone("CET", 3600))
 	got, err := buildMetadata(provider.Marks{Managed: true, UID: "5b1f0c1e-7f34-4c55-9d0e-1b2a3c4d5e6f", Installation: "inst-1"},
-		created, "default", "web")
+		created, "default", "web", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,13 +33,24 @@ func TestMetadataGolden(t *testing.T) {
 func TestMetadataRoundTrip(t *testing.T) {
 	created := time.Date(2026, 12, 1, 9, 20, 30, 0, time.UTC)
 	marks := provider.Marks{Managed: true, UID: "u-1", Installation: "inst-<&>"}
-	s, err := buildMetadata(marks, created, "ns", "name")
+	s, err := buildMetadata(marks, created, "ns", "name", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, err := parseMetadata(s)
-	if err != nil || got.Marks != marks || !got.CreatedAt.Equal(created) {
+	if err != nil || got.Marks != marks || !got.CreatedAt.Equal(created) || got.ServingReport {
 		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	// A domain whose guest runs the serving reporter says so.
+	s, err = buildMetadata(marks, created, "ns", "name", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(s, "<servingReport>file</servingReport>") {
+		t.Errorf("metadata with the reporter: %s", s)
+	}
+	if got, err := parseMetadata(s); err != nil || !got.ServingReport || got.Marks != marks {
+		t.Fatalf("round trip with the reporter: %+v, %v", got, err)
 	}
 }
 

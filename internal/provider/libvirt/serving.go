@@ -31,7 +31,9 @@ const (
 	maxReportBytes = 4096
 )
 
-// serving reads the domain's report. Only the caller's ctx ending is an
+// serving reads the report of a domain whose metadata says its guest
+// runs the reporter (a domain made before it, or with a site's own
+// vendor-data, has no signal: Ready on its address as before). Only the caller's ctx ending is an
 // error: every other failure is a signal that says why the proxy is not
 // known to answer.
 func (p *Provider) serving(ctx context.Context, b backend, dom libvirt.Domain) (servingreport.Signal, error) {
@@ -45,11 +47,6 @@ func (p *Provider) serving(ctx context.Context, b backend, dom libvirt.Domain) (
 		case hasCode(err, libvirt.ErrAgentUnresponsive, libvirt.ErrAgentUnsynced):
 			return servingreport.Unread("the guest agent does not answer yet"), nil
 		case strings.Contains(err.Error(), "No such file or directory"):
-			if p.cfg.VendorData != "" {
-				// The site's vendor-data replaced the one that installs
-				// the reporter: no signal, Ready on the address as before.
-				return servingreport.Signal{Serving: provider.ServingUnknown}, nil
-			}
 			return servingreport.Unread("the guest has not reported yet: its reporter starts when cloud-init runs the vendor-data"), nil
 		}
 		return servingreport.Unread("reading the guest's report through its agent failed: " + shortError(err)), nil

@@ -34,7 +34,7 @@ func TestGet_ServingSignal(t *testing.T) {
 			serving: provider.ServingAnswering},
 		{name: "no report yet", files: map[string]string{},
 			serving: provider.ServingNotAnswering, detail: "the guest has not reported yet: its reporter starts when cloud-init runs the vendor-data"},
-		{name: "no report, and the site's vendor-data replaced the reporter's", files: map[string]string{}, siteVendor: true,
+		{name: "the site's vendor-data replaced the reporter's (as a domain made before it)", files: map[string]string{}, siteVendor: true,
 			serving: provider.ServingUnknown},
 		{name: "the agent is not up", agentDown: true,
 			serving: provider.ServingNotAnswering, detail: "the guest agent does not answer yet"},
@@ -77,6 +77,16 @@ func TestGet_ServingSignal(t *testing.T) {
 			if inst.State != provider.StateRunning || inst.Serving != tc.serving || inst.ServingDetail != tc.detail || inst.SetupError != tc.setupErr {
 				t.Errorf("Get: state %s serving %q detail %q setup error %q\nwant serving %q detail %q setup error %q",
 					inst.State, inst.Serving, inst.ServingDetail, inst.SetupError, tc.serving, tc.detail, tc.setupErr)
+			}
+			if tc.serving == provider.ServingUnknown {
+				// No reporter in the guest (its metadata says so): no
+				// agent command either.
+				for _, c := range h.callLog() {
+					if strings.HasSuffix(c, ":DomainAgentCommand") {
+						t.Errorf("an agent command for a domain without the reporter: %v", h.callLog())
+						break
+					}
+				}
 			}
 			h.mu.Lock()
 			open := len(d.handles)

@@ -24,7 +24,7 @@ var testMarks = provider.Marks{Managed: true, UID: "5b1f0c1e-7f34-4c55-9d0e-1b2a
 
 func testMetadata(t *testing.T) string {
 	t.Helper()
-	md, err := buildMetadata(testMarks, time.Date(2026, 12, 1, 9, 20, 30, 0, time.UTC), "default", "web")
+	md, err := buildMetadata(testMarks, time.Date(2026, 12, 1, 9, 20, 30, 0, time.UTC), "default", "web", false)
 	if err != nil {
 		t.Fatal(err)
 	}
