@@ -65,14 +65,25 @@ if exec 3<>"/dev/tcp/127.0.0.1/$port"; then
 fi 2>/dev/null
 
 version=$(squid -v 2>/dev/null | sed -n '1s/^.*Version //p')
+# cloud-init status is Python, seconds under emulation: asked while
+# cloud-init runs, kept once it is final (until a reboot clears /run).
 ci=
 ci_error=
-if command -v cloud-init >/dev/null 2>&1; then
+ci_final="$(dirname "$report")/cloud-init-final"
+if [ -s "$ci_final" ]; then
+	{ IFS= read -r ci; IFS= read -r ci_error; } <"$ci_final"
+elif command -v cloud-init >/dev/null 2>&1; then
 	long=$(cloud-init status --long 2>/dev/null)
 	ci=$(printf '%s\n' "$long" | awk '@STATUS_AWK@')
 	if [ "$ci" = error ]; then
 		ci_error=$(printf '%s\n' "$long" | awk '@ERROR_AWK@' | tr -cd '[:print:]' | cut -c1-@MAXERR@)
 	fi
+	case $ci in
+	done | error | disabled)
+		mkdir -p "$(dirname "$ci_final")"
+		printf '%s\n%s\n' "$ci" "$ci_error" >"$ci_final"
+		;;
+	esac
 fi
 
 body=$(printf 'v=1\nserving=%s\nchecked=%s\nanswered=%s\nversion=%s\ncloud_init=%s\ncloud_init_error=%s\n' \

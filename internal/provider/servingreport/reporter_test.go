@@ -188,6 +188,27 @@ func TestReporter_CloudInitErrorLine(t *testing.T) {
 	}
 }
 
+// TestReporter_CloudInitAskedUntilFinal: cloud-init status is asked on
+// each run while cloud-init runs, and kept once it is done or error (it
+// costs seconds of Python on an emulated guest, every 10 s).
+func TestReporter_CloudInitAskedUntilFinal(t *testing.T) {
+	g := newGuest(t, readFixture(t, "cloud-init-22.4-running.txt"))
+	fixture := filepath.Join(g.dir, "cloud-init.txt")
+	steps := []struct{ fixture, want string }{
+		{"cloud-init-22.4-running.txt", CloudInitRunning},
+		{"cloud-init-22.4-error.txt", CloudInitError},
+		{"cloud-init-22.4-done.txt", CloudInitError}, // final: not asked again
+	}
+	for i, st := range steps {
+		write(t, fixture, readFixture(t, st.fixture), 0o644)
+		if r, _ := g.run(t, 1, PublishFile); r.CloudInit != st.want {
+			t.Errorf("run %d with cloud-init saying %s: reported %q, want %q", i, st.fixture, r.CloudInit, st.want)
+		} else if st.want == CloudInitError && !strings.HasPrefix(r.CloudInitError, "('package-update-upgrade-install'") {
+			t.Errorf("run %d: the error line %q", i, r.CloudInitError)
+		}
+	}
+}
+
 func TestReporter_WithoutCloudInit(t *testing.T) {
 	g := newGuest(t, "")
 	// Only the tools the reporter uses, so no cloud-init of this machine's.
