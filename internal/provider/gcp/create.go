@@ -425,7 +425,7 @@ func (p *Provider) resolve(req provider.CreateRequest) (plan, error) {
 	}
 	slices.Sort(pl.ruleRanges)
 	pl.ruleRanges = slices.Compact(pl.ruleRanges)
-	if pl.userData, err = squid.UserData(req, p.dest, pl.family); err != nil {
+	if pl.userData, err = squid.UserData(req, p.dest, pl.family, ""); err != nil {
 		return plan{}, err
 	}
 	if pl.userData.Len() > maxUserData {

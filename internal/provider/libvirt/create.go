@@ -14,6 +14,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/nocloud"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
 
@@ -482,7 +483,7 @@ func (p *Provider) resolve(req provider.CreateRequest) (plan, error) {
 	if pl.image, err = p.placeImage(req.Placement.Image); err != nil {
 		return plan{}, err
 	}
-	if pl.userData, err = squid.UserData(req, p.dest, pl.image.Family); err != nil {
+	if pl.userData, err = squid.UserData(req, p.dest, pl.image.Family, servingreport.PublishFile); err != nil {
 		return plan{}, err
 	}
 	if p.cfg.VendorData != "" {

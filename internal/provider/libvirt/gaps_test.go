@@ -17,6 +17,7 @@ import (
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
 
@@ -173,7 +174,7 @@ func TestGapSampleCloudInitAllowsAll(t *testing.T) {
 			t.Errorf("%s carries its own cloud-init: the generated Squid config should serve it", s.file)
 		}
 		ud, err := squid.UserData(provider.CreateRequest{Name: "sample", Port: s.proxy.Spec.Port,
-			AllowedSourceRanges: s.proxy.Spec.AllowedSourceRanges}, (&egress.Settings{}).Policy(), squid.FamilyDebian)
+			AllowedSourceRanges: s.proxy.Spec.AllowedSourceRanges}, (&egress.Settings{}).Policy(), squid.FamilyDebian, servingreport.PublishFile)
 		if err != nil {
 			t.Fatalf("%s: %v", s.file, err)
 		}

@@ -166,13 +166,13 @@ func TestVendorData_InstallsTheReporterThenTheAgent(t *testing.T) {
 		wantFail     bool
 	}{
 		{name: "with the agent", installAgent: true, apt: aptWithLists,
-			want: []string{"systemctl daemon-reload", "systemctl enable --now " + servingreport.TimerName,
+			want: []string{"systemctl daemon-reload", "systemctl enable " + servingreport.TimerName, "systemctl start --no-block " + servingreport.TimerName,
 				"apt-get -o DPkg::Lock::Timeout=300 -y install --no-install-recommends qemu-guest-agent",
 				"systemctl enable qemu-guest-agent", "systemctl start qemu-guest-agent"}},
 		{name: "without the agent", installAgent: false, apt: aptWithLists,
-			want: []string{"systemctl daemon-reload", "systemctl enable --now " + servingreport.TimerName}},
+			want: []string{"systemctl daemon-reload", "systemctl enable " + servingreport.TimerName, "systemctl start --no-block " + servingreport.TimerName}},
 		{name: "the agent's install fails after the reporter is in", installAgent: true, apt: "exit 100", wantFail: true,
-			want: []string{"systemctl daemon-reload", "systemctl enable --now " + servingreport.TimerName,
+			want: []string{"systemctl daemon-reload", "systemctl enable " + servingreport.TimerName, "systemctl start --no-block " + servingreport.TimerName,
 				"apt-get -o DPkg::Lock::Timeout=300 -y install --no-install-recommends qemu-guest-agent",
 				"apt-get -o DPkg::Lock::Timeout=300 -y update"}},
 	} {

@@ -11,6 +11,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/httpobserve"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/nocloud"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
 
@@ -49,7 +50,7 @@ func (p *Provider) plan(req provider.CreateRequest) (plan, error) {
 		return pl, provider.Errorf(provider.ErrPermanent, "image %q is not in the templates catalogue", img)
 	}
 	pl.template = tpl
-	if pl.userData, err = squid.UserData(req, p.dest, p.cfg.family(img)); err != nil {
+	if pl.userData, err = squid.UserData(req, p.dest, p.cfg.family(img), servingreport.PublishFile); err != nil {
 		return pl, err
 	}
 	mt := req.Placement.MachineType

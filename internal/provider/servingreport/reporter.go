@@ -201,7 +201,9 @@ func Installer(port int32, publish Publish) string {
 		fmt.Fprintf(&b, "\tcat >\"$root%s\" <<'EGRESS_PROXY_EOF'\n%sEGRESS_PROXY_EOF\n", f.path, f.content)
 		fmt.Fprintf(&b, "\tchmod %s \"$root%s\"\n", f.mode, f.path)
 	}
-	fmt.Fprintf(&b, "\tsystemctl daemon-reload\n\tsystemctl enable --now %s\n", TimerName)
+	// --no-block: run from cloud-init's early stages, a start that waited
+	// for the timer (which needs sysinit.target) would wait for itself.
+	fmt.Fprintf(&b, "\tsystemctl daemon-reload\n\tsystemctl enable %[1]s\n\tsystemctl start --no-block %[1]s\n", TimerName)
 	b.WriteString("else\n\techo 'egress-proxies-operator: no systemd, no serving reporter' >&2\nfi\n")
 	return b.String()
 }

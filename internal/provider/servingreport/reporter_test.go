@@ -313,7 +313,7 @@ func TestInstaller_WritesWhatItSays(t *testing.T) {
 			t.Errorf("the installer writes %s as\n%s\nwant\n%s", path, body, want)
 		}
 	}
-	if !strings.Contains(inst, "systemctl enable --now "+TimerName) {
+	if !strings.Contains(inst, "systemctl enable "+TimerName+"\n\tsystemctl start --no-block "+TimerName+"\n") {
 		t.Error("the installer does not start the timer")
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
 )
 
@@ -268,7 +269,7 @@ func TestParseFamily(t *testing.T) {
 // Either way the result is Sensitive.
 func TestUserData(t *testing.T) {
 	own := "#cloud-config\nruncmd: [[echo, sentinel-3f1c]]\n"
-	got, err := UserData(provider.CreateRequest{Port: 3128, CloudInit: provider.Sensitive(own), AllowedSourceRanges: []string{"10.0.0.0/8"}}, nil, FamilyDebian)
+	got, err := UserData(provider.CreateRequest{Port: 3128, CloudInit: provider.Sensitive(own), AllowedSourceRanges: []string{"10.0.0.0/8"}}, nil, FamilyDebian, "")
 	if err != nil || got.Reveal() != own {
 		t.Errorf("UserData with the Proxy's cloud-init = %q, %v; want it verbatim", got.Reveal(), err)
 	}
@@ -276,7 +277,7 @@ func TestUserData(t *testing.T) {
 		t.Errorf("the user-data printed: %s", s)
 	}
 
-	got, err = UserData(provider.CreateRequest{Port: 3129, AllowedSourceRanges: []string{"10.1.0.0/16"}}, nil, FamilyRHEL)
+	got, err = UserData(provider.CreateRequest{Port: 3129, AllowedSourceRanges: []string{"10.1.0.0/16"}}, nil, FamilyRHEL, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,11 +287,11 @@ func TestUserData(t *testing.T) {
 	}
 
 	// A range with host bits is refused as the contract says, naming it.
-	_, err = UserData(provider.CreateRequest{Port: 3128, AllowedSourceRanges: []string{"10.0.0.0/8", "10.1.0.1/16"}}, nil, FamilyDebian)
+	_, err = UserData(provider.CreateRequest{Port: 3128, AllowedSourceRanges: []string{"10.0.0.0/8", "10.1.0.1/16"}}, nil, FamilyDebian, "")
 	if err == nil || !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), "allowedSourceRanges[1]") {
 		t.Errorf("UserData with a non-canonical range = %v, want Permanent naming allowedSourceRanges[1]", err)
 	}
-	_, err = UserData(provider.CreateRequest{Port: 3128}, nil, "alpine")
+	_, err = UserData(provider.CreateRequest{Port: 3128}, nil, "alpine", "")
 	if err == nil || !errors.Is(err, provider.ErrPermanent) {
 		t.Errorf("UserData for alpine = %v, want Permanent", err)
 	}
@@ -303,7 +304,7 @@ func TestUserData(t *testing.T) {
 func TestUserDataCarriesClientAuth(t *testing.T) {
 	const users = "alice:$2y$04$Q0oOV/DmLL4SCVin7w9Rlegb2hRVF6hyIlAdLcvngU0I6Uo/1GlSa\n"
 	for family, group := range map[Family]string{FamilyDebian: "proxy", FamilyRHEL: "squid"} {
-		ud, err := UserData(provider.CreateRequest{Port: 3128, ClientAuth: users}, nil, family)
+		ud, err := UserData(provider.CreateRequest{Port: 3128, ClientAuth: users}, nil, family, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -326,10 +327,34 @@ func TestUserDataCarriesClientAuth(t *testing.T) {
 		{Port: 3128, ClientAuth: "alice:plain-text-SENTINEL\n"},
 		{Port: 3128, ClientAuth: users, CloudInit: "#cloud-config\n"},
 	} {
-		_, err := UserData(req, nil, FamilyDebian)
+		_, err := UserData(req, nil, FamilyDebian, "")
 		if err == nil || !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), "clientAuth") ||
 			strings.Contains(err.Error(), "SENTINEL") || strings.Contains(err.Error(), "$2y$") {
 			t.Errorf("UserData = %v; want Permanent naming clientAuth, not its content", err)
+		}
+	}
+}
+
+// TestCloudConfig_ReporterInBootcmd: with a reporter, bootcmd (the first
+// module, before the packages) is exactly the reporter's installer; without
+// one there is no bootcmd.
+func TestCloudConfig_ReporterInBootcmd(t *testing.T) {
+	for _, publish := range []servingreport.Publish{servingreport.PublishFile, ""} {
+		doc, err := CloudConfig(CloudConfigParams{Port: 3129, Reporter: publish})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			Bootcmd []string `json:"bootcmd"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case publish == "" && d.Bootcmd != nil:
+			t.Errorf("a bootcmd without a reporter: %q", d.Bootcmd)
+		case publish != "" && (len(d.Bootcmd) != 1 || d.Bootcmd[0] != servingreport.Installer(3129, publish)):
+			t.Errorf("bootcmd %q, want the installer", d.Bootcmd)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
 )
 
@@ -63,6 +64,7 @@ func TestCloudConfig_RealCloudInitSchema(t *testing.T) {
 		{Port: 8080, Family: FamilyDebian, Destinations: allowing, Generator: "egress-proxies-operator (kvm provider)"},
 		{Port: 3128, Family: FamilyRHEL, Clients: []netip.Prefix{netip.MustParsePrefix("192.168.10.0/24")}},
 		{Port: 3129, Family: FamilyRHEL, Destinations: allowing},
+		{Port: 3128, Reporter: servingreport.PublishFile},
 	} {
 		doc, err := CloudConfig(in)
 		if err != nil {

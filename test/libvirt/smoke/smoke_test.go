@@ -137,7 +137,7 @@ func TestLibvirtHostSmoke(t *testing.T) {
 	originPort := origin.Listener.Addr().(*net.TCPAddr).Port
 	userData, err := squid.UserData(provider.CreateRequest{
 		Name: name, Port: squidPort, AllowedSourceRanges: []string{slirpHost + "/32"},
-	}, (&egress.Settings{AllowedDestinations: []string{slirpHost + "/32"}}).Policy(), squid.FamilyDebian)
+	}, (&egress.Settings{AllowedDestinations: []string{slirpHost + "/32"}}).Policy(), squid.FamilyDebian, "")
 	if err != nil {
 		t.Fatal(err)
 	}
