@@ -203,7 +203,9 @@ func Installer(port int32, publish Publish) string {
 	}
 	// --no-block: run from cloud-init's early stages, a start that waited
 	// for the timer (which needs sysinit.target) would wait for itself.
-	fmt.Fprintf(&b, "\tsystemctl daemon-reload\n\tsystemctl enable %[1]s\n\tsystemctl start --no-block %[1]s\n", TimerName)
+	// A failure is said, never returned: in bootcmd it would turn
+	// cloud-init's status to error for a reporter's sake.
+	fmt.Fprintf(&b, "\tsystemctl daemon-reload &&\n\t\tsystemctl enable %[1]s &&\n\t\tsystemctl start --no-block %[1]s ||\n\t\techo 'egress-proxies-operator: starting the serving reporter failed' >&2\n", TimerName)
 	b.WriteString("else\n\techo 'egress-proxies-operator: no systemd, no serving reporter' >&2\nfi\n")
 	return b.String()
 }

@@ -291,6 +291,31 @@ func TestUnits_SystemdVerify(t *testing.T) {
 	}
 }
 
+// TestInstaller_NeverFails: a systemctl that fails is said, not returned
+// (in bootcmd a failure would turn cloud-init's status to error).
+func TestInstaller_NeverFails(t *testing.T) {
+	root, bin := t.TempDir(), t.TempDir()
+	write(t, filepath.Join(bin, "systemctl"), "#!/bin/sh\nexit 1\n", 0o755)
+	for _, tool := range []string{"mkdir", "cat", "chmod"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("/bin/sh", "-c", Installer(3128, PublishFile))
+	cmd.Env = []string{"PATH=" + bin, "EGRESS_PROXY_ROOT=" + root}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "starting the serving reporter failed") {
+		t.Fatalf("installer with a failing systemctl: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(root, ReporterPath)); err != nil {
+		t.Errorf("the reporter was not written: %v", err)
+	}
+}
+
 // TestInstaller_WritesWhatItSays: the installer is valid sh, and the files
 // its here-documents write are the reporter and the units byte for byte.
 func TestInstaller_WritesWhatItSays(t *testing.T) {
@@ -313,7 +338,7 @@ func TestInstaller_WritesWhatItSays(t *testing.T) {
 			t.Errorf("the installer writes %s as\n%s\nwant\n%s", path, body, want)
 		}
 	}
-	if !strings.Contains(inst, "systemctl enable "+TimerName+"\n\tsystemctl start --no-block "+TimerName+"\n") {
+	if !strings.Contains(inst, "systemctl enable "+TimerName+" &&\n\t\tsystemctl start --no-block "+TimerName+" ||") {
 		t.Error("the installer does not start the timer")
 	}
 }
