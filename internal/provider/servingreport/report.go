@@ -185,6 +185,19 @@ func (r Report) Signal(now time.Time) Signal {
 			r.Checked.Format(time.RFC3339), now.Sub(r.Checked).Round(time.Second))
 		return s
 	}
+	if r.CloudInit == CloudInitRunning {
+		// The guest is still being set up: what runs next (the generated
+		// cloud-config's runcmd restarts Squid) may stop the proxy, so an
+		// answer now is no promise yet, and a pause is no stop. It is
+		// starting until cloud-init is done; seen on the libvirt guests,
+		// Ready flapped during the restart without this.
+		s.Serving, s.LastAnswered = provider.ServingNotAnswering, time.Time{}
+		s.Detail = "not answering yet (cloud-init: running)"
+		if r.Serving {
+			s.Detail = "the proxy answers; waiting for cloud-init to finish"
+		}
+		return s
+	}
 	if r.Serving {
 		s.Serving = provider.ServingAnswering
 		return s

@@ -69,11 +69,17 @@ func TestSignal(t *testing.T) {
 		serving  provider.Serving
 		detail   string
 		setupErr string
+		// noLastAnswered: the signal says nothing of an earlier answer.
+		noLastAnswered bool
 	}{
 		{name: "answering", r: Report{Serving: true, Checked: ago(5 * time.Second), Answered: ago(5 * time.Second), CloudInit: "done"},
 			serving: provider.ServingAnswering},
 		{name: "not yet, cloud-init running", r: Report{Checked: ago(3 * time.Second), CloudInit: "running"},
 			serving: provider.ServingNotAnswering, detail: "not answering yet (cloud-init: running)"},
+		{name: "answering while cloud-init runs: still starting", r: Report{Serving: true, Checked: ago(time.Second), Answered: ago(time.Second), CloudInit: "running"},
+			serving: provider.ServingNotAnswering, detail: "the proxy answers; waiting for cloud-init to finish", noLastAnswered: true},
+		{name: "a pause while cloud-init runs (runcmd restarts Squid) is no stop", r: Report{Checked: ago(time.Second), Answered: ago(20 * time.Second), CloudInit: "running"},
+			serving: provider.ServingNotAnswering, detail: "not answering yet (cloud-init: running)", noLastAnswered: true},
 		{name: "stopped answering", r: Report{Checked: ago(3 * time.Second), Answered: ago(33 * time.Second), CloudInit: "done"},
 			serving: provider.ServingNotAnswering, detail: "it last answered at 2026-12-02T20:59:27Z (cloud-init: done)"},
 		{name: "cloud-init failed, nothing answers", r: Report{Checked: ago(time.Second), CloudInit: "error", CloudInitError: "('scripts-user', RuntimeError('x'))"},
@@ -89,8 +95,12 @@ func TestSignal(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.r.Signal(now)
-			if s.Serving != tc.serving || s.Detail != tc.detail || s.SetupError != tc.setupErr || !s.LastAnswered.Equal(tc.r.Answered) {
-				t.Errorf("Signal:\n got %+v\nwant serving %q detail %q setup error %q last answered %v", s, tc.serving, tc.detail, tc.setupErr, tc.r.Answered)
+			wantLast := tc.r.Answered
+			if tc.noLastAnswered {
+				wantLast = time.Time{}
+			}
+			if s.Serving != tc.serving || s.Detail != tc.detail || s.SetupError != tc.setupErr || !s.LastAnswered.Equal(wantLast) {
+				t.Errorf("Signal:\n got %+v\nwant serving %q detail %q setup error %q last answered %v", s, tc.serving, tc.detail, tc.setupErr, wantLast)
 			}
 			var inst provider.Instance
 			s.Apply(&inst)
