@@ -47,7 +47,7 @@ func (p *Provider) serving(ctx context.Context, b backend, dom libvirt.Domain) (
 		case hasCode(err, libvirt.ErrAgentUnresponsive, libvirt.ErrAgentUnsynced):
 			return servingreport.Unread("the guest agent does not answer yet"), nil
 		case strings.Contains(err.Error(), "No such file or directory"):
-			return servingreport.Unread("the guest has not reported yet: its reporter starts when cloud-init runs the vendor-data"), nil
+			return servingreport.Unread("the guest has not reported yet: cloud-init starts its reporter"), nil
 		}
 		return servingreport.Unread("reading the guest's report through its agent failed: " + shortError(err)), nil
 	}

@@ -33,7 +33,7 @@ func TestGet_ServingSignal(t *testing.T) {
 			files:   report(servingreport.Report{Serving: true, Checked: now.Add(-5 * time.Second), Answered: now.Add(-5 * time.Second), CloudInit: "done"}),
 			serving: provider.ServingAnswering},
 		{name: "no report yet", files: map[string]string{},
-			serving: provider.ServingNotAnswering, detail: "the guest has not reported yet: its reporter starts when cloud-init runs the vendor-data"},
+			serving: provider.ServingNotAnswering, detail: "the guest has not reported yet: cloud-init starts its reporter"},
 		{name: "the site's vendor-data replaced the reporter's (as a domain made before it)", files: map[string]string{}, siteVendor: true,
 			serving: provider.ServingUnknown},
 		{name: "the agent is not up", agentDown: true,

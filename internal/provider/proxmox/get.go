@@ -164,7 +164,7 @@ const (
 // Serving details of a report that could not be read.
 const (
 	agentNotAnswering = "the guest agent does not answer yet"
-	notReportedYet    = "the guest has not reported yet: its reporter starts when cloud-init runs the vendor-data"
+	notReportedYet    = "the guest has not reported yet: cloud-init starts its reporter"
 )
 
 // maxUnreadDetail bounds what a malformed report puts into the detail (a
