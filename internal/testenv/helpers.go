@@ -6,6 +6,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,4 +99,19 @@ func CountingOrigin(t testing.TB, ip, body string, useTLS bool) (*httptest.Serve
 	}
 	t.Cleanup(srv.Close)
 	return srv, &hits
+}
+
+// LinkTools puts symbolic links to this machine's tools into dir, for a
+// test that runs a script with PATH=dir and nothing else on it.
+func LinkTools(t testing.TB, dir string, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(p, filepath.Join(dir, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 func TestNoCloudSeed_GuestAgentVendorDataIsAShellScript(t *testing.T) {
@@ -185,15 +186,7 @@ func TestVendorData_InstallsTheReporterThenTheAgent(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for _, tool := range []string{"mkdir", "cat", "chmod"} {
-				p, err := exec.LookPath(tool)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			testenv.LinkTools(t, bin, "mkdir", "cat", "chmod")
 			cmd := exec.Command("/bin/sh", "-c", VendorData(3128, tc.installAgent).Reveal())
 			cmd.Env = []string{"PATH=" + bin, "STUBS=" + bin, "CALLS=" + calls, "EGRESS_PROXY_ROOT=" + root}
 			out, err := cmd.CombinedOutput()

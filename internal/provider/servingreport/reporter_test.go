@@ -20,6 +20,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 // guest is a directory standing in for the guest: the reporter, its
@@ -213,15 +215,7 @@ func TestReporter_WithoutCloudInit(t *testing.T) {
 	g := newGuest(t, "")
 	// Only the tools the reporter uses, so no cloud-init of this machine's.
 	bin := filepath.Join(g.dir, "bin")
-	for _, tool := range []string{"sed", "awk", "date", "head", "tr", "cut", "dirname", "mkdir", "mv"} {
-		p, err := exec.LookPath(tool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testenv.LinkTools(t, bin, "sed", "awk", "date", "head", "tr", "cut", "dirname", "mkdir", "mv")
 	g.env = append(g.env, "PATH="+bin)
 	r, _ := g.run(t, 1, PublishFile)
 	if r.CloudInit != "" || r.CloudInitError != "" {
@@ -296,15 +290,7 @@ func TestUnits_SystemdVerify(t *testing.T) {
 func TestInstaller_NeverFails(t *testing.T) {
 	root, bin := t.TempDir(), t.TempDir()
 	write(t, filepath.Join(bin, "systemctl"), "#!/bin/sh\nexit 1\n", 0o755)
-	for _, tool := range []string{"mkdir", "cat", "chmod"} {
-		p, err := exec.LookPath(tool)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testenv.LinkTools(t, bin, "mkdir", "cat", "chmod")
 	cmd := exec.Command("/bin/sh", "-c", Installer(3128, PublishFile))
 	cmd.Env = []string{"PATH=" + bin, "EGRESS_PROXY_ROOT=" + root}
 	out, err := cmd.CombinedOutput()
