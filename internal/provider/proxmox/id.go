@@ -13,7 +13,10 @@ import (
 
 func formatID(vmid int, name string) string { return fmt.Sprintf("vms/%d/%s", vmid, name) }
 
-var idRE = regexp.MustCompile(`^vms/([1-9][0-9]{2,8})/(.+)$`)
+// idRE: the name is a VM name as PVE's dns-name format allows it, so a
+// mangled ID (a NUL, a newline, a path) is refused before any request; a
+// VM mid-clone has no name to compare with (get reads it as locked).
+var idRE = regexp.MustCompile(`^vms/([1-9][0-9]{2,8})/((?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?\.)*[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)$`)
 
 func parseID(id string) (int, string, error) {
 	m := idRE.FindStringSubmatch(id)

@@ -29,6 +29,15 @@ func TestParseID(t *testing.T) {
 		{"nodes/pve1/qemu/20001", 0, "", false},
 		{"vms/abc/p", 0, "", false},
 		{"", 0, "", false},
+		{"vms/20001/web.example.com", 20001, "web.example.com", true}, // PVE's dns-name
+		// Mangled names: refused before any request (a VM mid-clone has no
+		// name to compare with; the conformance case IDsRoundTrip caught
+		// Get of "<id>\x00" reading such a VM as Stopped, one run in 12).
+		{"vms/20001/proxy-a\x00", 0, "", false},
+		{"vms/20001/proxy-a\n", 0, "", false},
+		{"vms/20001/-proxy", 0, "", false},
+		{"vms/20001/proxy-", 0, "", false},
+		{"vms/20001/pro xy", 0, "", false},
 	} {
 		vmid, name, err := parseID(tc.id)
 		if (err == nil) != tc.ok || vmid != tc.vmid || name != tc.name {
