@@ -489,7 +489,8 @@ func (p *Provider) resolve(req provider.CreateRequest) (plan, error) {
 	if p.cfg.VendorData != "" {
 		pl.vendorData = provider.Sensitive(p.cfg.VendorData)
 	} else {
-		pl.vendorData = nocloud.VendorData(req.Port, p.cfg.InstallGuestAgent != nil && *p.cfg.InstallGuestAgent)
+		// The generated cloud-config installs the reporter itself.
+		pl.vendorData = nocloud.VendorData(req.Port, req.CloudInit != "", p.cfg.InstallGuestAgent != nil && *p.cfg.InstallGuestAgent)
 	}
 	return pl, nil
 }

@@ -73,12 +73,21 @@ log "qemu-guest-agent started"
 `
 
 // VendorData is the vendor-data of a VM whose proxy listens on port: a
-// script that installs the serving reporter (servingreport, publishing to
-// the file the hypervisor reads through the guest agent) and, with
-// installAgent, then installs and starts the QEMU guest agent as
+// script that, with reporter, installs the serving reporter (servingreport,
+// publishing to the file the hypervisor reads through the guest agent) and,
+// with installAgent, then installs and starts the QEMU guest agent as
 // GuestAgentVendorData does. The reporter comes first: its install never
-// fails the script, and the agent's may.
-func VendorData(port int32, installAgent bool) provider.Sensitive {
+// fails the script, and the agent's may. A provider asks for the reporter
+// only for a Proxy's own cloud-init: the generated cloud-config installs
+// it already, earlier (squid.CloudConfigParams.Reporter). Empty when it
+// asks for neither.
+func VendorData(port int32, reporter, installAgent bool) provider.Sensitive {
+	switch {
+	case !reporter && !installAgent:
+		return ""
+	case !reporter:
+		return GuestAgentVendorData
+	}
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n")
 	b.WriteString(servingreport.Installer(port, servingreport.PublishFile))

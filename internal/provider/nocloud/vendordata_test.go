@@ -187,7 +187,7 @@ func TestVendorData_InstallsTheReporterThenTheAgent(t *testing.T) {
 				}
 			}
 			testenv.LinkTools(t, bin, "mkdir", "cat", "chmod")
-			cmd := exec.Command("/bin/sh", "-c", VendorData(3128, tc.installAgent).Reveal())
+			cmd := exec.Command("/bin/sh", "-c", VendorData(3128, true, tc.installAgent).Reveal())
 			cmd.Env = []string{"PATH=" + bin, "STUBS=" + bin, "CALLS=" + calls, "EGRESS_PROXY_ROOT=" + root}
 			out, err := cmd.CombinedOutput()
 			if (err != nil) != tc.wantFail {
@@ -211,5 +211,17 @@ func TestVendorData_InstallsTheReporterThenTheAgent(t *testing.T) {
 				t.Errorf("the reporter's mode: %v %v", fi, err)
 			}
 		})
+	}
+}
+
+// TestVendorData_WithoutTheReporter: without the reporter (the generated
+// cloud-config installs it) the vendor-data is the agent's script alone,
+// and nothing without the agent either.
+func TestVendorData_WithoutTheReporter(t *testing.T) {
+	if got := VendorData(3128, false, true); got != GuestAgentVendorData {
+		t.Errorf("VendorData(3128, false, true) is not GuestAgentVendorData:\n%s", got.Reveal())
+	}
+	if got := VendorData(3128, false, false); got != "" {
+		t.Errorf("VendorData(3128, false, false) = %q, want none", got.Reveal())
 	}
 }

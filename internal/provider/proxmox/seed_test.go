@@ -121,7 +121,8 @@ func TestCreateRefusesBadSourceRange(t *testing.T) {
 }
 
 // The seed's vendor-data installs the serving reporter for the Proxy's
-// port (issue 22), then the guest agent, whichever user-data the Proxy has.
+// port (issue 22), then the guest agent, for a Proxy's own cloud-init; with
+// the generated cloud-config the reporter is in its bootcmd instead.
 func TestSeedVendorDataInstallsTheReporter(t *testing.T) {
 	e := newEnv(t)
 	req := provider.CreateRequest{Name: "proxy-vendor", UID: "22111111-2222-3333-4444-555555555555", Port: 3131,
@@ -130,8 +131,8 @@ func TestSeedVendorDataInstallsTheReporter(t *testing.T) {
 	must(t, err)
 	waitRunning(t, e.p, in.ID)
 	vd := seedISOFile(t, e.fake, "pve1", req.Name, "vendor-data")
-	if vd != nocloud.VendorData(req.Port, true).Reveal() {
-		t.Errorf("the seed's vendor-data is not nocloud.VendorData(3131, true):\n%s", vd)
+	if vd != nocloud.VendorData(req.Port, true, true).Reveal() {
+		t.Errorf("the seed's vendor-data is not nocloud.VendorData(3131, true, true):\n%s", vd)
 	}
 	for _, want := range []string{servingreport.TimerName, servingreport.ReporterPath + " 3131 file", "qemu-guest-agent"} {
 		if !strings.Contains(vd, want) {
@@ -140,5 +141,18 @@ func TestSeedVendorDataInstallsTheReporter(t *testing.T) {
 	}
 	if i, j := strings.Index(vd, servingreport.TimerName), strings.Index(vd, "install_agent"); i < 0 || j < 0 || i > j {
 		t.Errorf("the reporter is not installed before the agent (timer at %d, agent at %d)", i, j)
+	}
+
+	// Generated user-data: the reporter in its bootcmd, once; the
+	// vendor-data installs the agent only.
+	gen := provider.CreateRequest{Name: "proxy-vendor-gen", UID: "22111111-2222-3333-4444-666666666666", Port: 3131}
+	in, err = e.p.Create(context.Background(), gen)
+	must(t, err)
+	waitRunning(t, e.p, in.ID)
+	if vd := seedISOFile(t, e.fake, "pve1", gen.Name, "vendor-data"); vd != nocloud.GuestAgentVendorData.Reveal() {
+		t.Errorf("with the generated cloud-config the vendor-data is not the agent's alone:\n%s", vd)
+	}
+	if ud := seedISOFile(t, e.fake, "pve1", gen.Name, "user-data"); strings.Count(ud, servingreport.TimerName) == 0 {
+		t.Errorf("the generated user-data does not install the reporter:\n%s", ud)
 	}
 }
