@@ -68,9 +68,8 @@ type observation struct {
 	port         int32
 	providerName string
 	deleting     bool
-	// readyReason is the Ready condition's reason before this pass, and
-	// readyInstance the instance it was about (status.providerID).
-	readyReason, readyInstance string
+	// readyReason is the Ready condition's reason before this pass.
+	readyReason string
 	// now is the reconciler's clock.
 	now time.Time
 }
@@ -85,7 +84,6 @@ func (o observation) of(px *egressv1.Proxy) observation {
 	if c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady); c != nil {
 		o.readyReason = c.Reason
 	}
-	o.readyInstance = px.Status.ProviderID
 	return o
 }
 
@@ -216,7 +214,7 @@ func (o observation) notAnswering() shown {
 // showed it stopped, for signals that do not say when the proxy last
 // answered (a Pod's readiness).
 func (o observation) stoppedAnswering() bool {
-	if o.readyInstance != o.inst.ID {
+	if o.rec.current != o.inst.ID {
 		return false
 	}
 	return o.readyReason == egressv1.ReasonRunning || o.readyReason == egressv1.ReasonProxyNotAnswering
