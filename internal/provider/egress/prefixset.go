@@ -54,6 +54,20 @@ func cutOut(rs []Range, holes []netip.Prefix) []Range {
 	return rs
 }
 
+// Disjoint returns ps without the prefixes another prefix of ps holds, in
+// their order: the rows of one Squid ACL (see disjoint).
+func Disjoint(ps []netip.Prefix) []netip.Prefix {
+	rs := make([]Range, len(ps))
+	for i, p := range ps {
+		rs[i] = Range{Prefix: p}
+	}
+	out := make([]netip.Prefix, 0, len(ps))
+	for _, r := range disjoint(rs) {
+		out = append(out, r.Prefix)
+	}
+	return out
+}
+
 // disjoint drops every range another range of rs holds (the wider one, or
 // the earlier of two equal ones, stays), so no address is in two ranges:
 // Squid warns about, and ignores one of, two ranges of an ACL that nest.

@@ -109,10 +109,8 @@ func Config(sp Params) string {
 	// warn at every start and ignore one of the two, the wider one when
 	// the narrower comes first (so [10.1.2.3/32, 10.1.0.0/16] would admit
 	// only 10.1.2.3).
-	for _, r := range clients {
-		if coveredBy(r, clients) == nil {
-			w("acl allowed_clients src %s", r)
-		}
+	for _, r := range egress.Disjoint(clients) {
+		w("acl allowed_clients src %s", r)
 	}
 	if sp.Auth != nil {
 		// casesensitive: the file and the local proxy compare user names
@@ -404,24 +402,6 @@ func byReason(rs []egress.Range) []reasonGroup {
 		out[i].prefixes = append(out[i].prefixes, strings.Fields(joinPrefixes([]netip.Prefix{r.Prefix}))...)
 	}
 	return out
-}
-
-// coveredBy returns the range of all that contains p and is wider, or
-// the same range listed earlier, and nil when p stands alone.
-func coveredBy(p netip.Prefix, all []netip.Prefix) *netip.Prefix {
-	for i, q := range all {
-		if q == p {
-			// Only an earlier duplicate covers p; p itself does not.
-			if slices.Index(all, p) < i {
-				return &all[i]
-			}
-			continue
-		}
-		if q.Bits() <= p.Bits() && q.Contains(p.Addr()) {
-			return &all[i]
-		}
-	}
-	return nil
 }
 
 func orDefault(s, def string) string {
