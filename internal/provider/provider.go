@@ -111,6 +111,10 @@ type Instance struct {
 	// answer and will not without a change, so it is not replaced in a
 	// loop. Never a secret (a guest's error line names modules and files).
 	SetupError string
+	// Egress is the address destinations see, from the source the
+	// provider's profile names on its egress-ip axis; zero when it has
+	// none, or none yet.
+	Egress Egress
 	// Host, when set, is a stable name clients should use instead of IP
 	// (a Service's DNS name for Pods, whose IPs change on replacement).
 	// status.endpoint is Host:port then, and status.ip stays the IP.
@@ -140,6 +144,33 @@ const (
 	// ServingNotAnswering: the signal says it does not (yet), or the
 	// source that would say so has said nothing yet.
 	ServingNotAnswering Serving = "NotAnswering"
+)
+
+// Egress is what a provider knows of the address an instance's proxy
+// egresses from (docs/provider-contract.md, "The egress address").
+type Egress struct {
+	// IP is the address, canonical; "" when none was ever confirmed.
+	IP string
+	// Source says how it is known.
+	Source EgressSource
+	// Confirmed is when the source last said so (for an echo, the guest's
+	// clock when its answer arrived).
+	Confirmed time.Time
+	// Error, when set, is why the source's last answer failed, in a few
+	// words and without a secret; IP then is the last confirmed address.
+	Error string
+}
+
+// EgressSource says how an instance's egress address is known.
+type EgressSource string
+
+const (
+	// EgressFromBackend: the backend gives the instance that address (a
+	// GCE external NAT IP) and reports it.
+	EgressFromBackend EgressSource = "Backend"
+	// EgressFromEcho: the entry's egressIPEcho answered a request the
+	// instance sent through its own proxy.
+	EgressFromEcho EgressSource = "Echo"
 )
 
 // Placement says where an instance runs; each provider defines what the

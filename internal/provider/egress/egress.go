@@ -82,6 +82,12 @@ type Settings struct {
 	// it is then checked as the IPv4 address it carries, so 64:ff9b::7f00:1
 	// (127.0.0.1) stays refused.
 	AllowNAT64 bool `json:"allowNAT64,omitempty"`
+	// EgressIPEcho is an http:// URL that answers with the caller's address
+	// as text (a checkip-style service, or one of the site's own). Each
+	// instance asks it through its own proxy about once a minute, so
+	// status.egressIP is the address destinations see; only the instance
+	// itself may reach it past the policy (Echo). Empty: no echo.
+	EgressIPEcho string `json:"egressIPEcho,omitempty"`
 }
 
 // Validate checks the block; every error names its field under path.
@@ -104,6 +110,9 @@ func (s *Settings) Validate(path *field.Path) field.ErrorList {
 			errs = append(errs, field.Duplicate(pp, port))
 		}
 		seen[port] = true
+	}
+	if _, err := ParseEcho(s.EgressIPEcho, path.Child("egressIPEcho")); err != nil {
+		errs = append(errs, err)
 	}
 	return errs
 }
@@ -139,6 +148,7 @@ func (s *Settings) Policy(extra ...Range) *Policy {
 	// check those as IPv4.
 	refused = cutOut(refused, []netip.Prefix{mappedBlock})
 	p := &Policy{refused: refused, rows: rows}
+	p.echo, _ = ParseEcho(s.EgressIPEcho, nil)
 	for _, port := range s.ConnectPorts {
 		p.connectPorts = append(p.connectPorts, uint16(port))
 	}
@@ -167,6 +177,17 @@ type Policy struct {
 	// rules are the Proxy's own destination rules; none: anything the
 	// entry allows.
 	rules []Rule
+	// echo is the entry's egress-IP echo, which only the instance itself
+	// may ask (the generated Squid's first allow); zero: none.
+	echo Echo
+}
+
+// Echo is the entry's egress-IP echo; zero when it names none.
+func (p *Policy) Echo() Echo {
+	if p == nil {
+		return Echo{}
+	}
+	return p.echo
 }
 
 // Narrow returns the policy with a Proxy's destination rules (ParseRules):

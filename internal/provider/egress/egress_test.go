@@ -159,6 +159,8 @@ func TestSettingsValidate(t *testing.T) {
 		{Settings{ConnectPorts: []int32{443, 0}}, []string{"x.connectPorts[1]", "1-65535"}},
 		{Settings{ConnectPorts: []int32{443, 443}}, []string{"x.connectPorts[1]: Duplicate"}},
 		{Settings{ConnectPorts: []int32{70000}}, []string{"x.connectPorts[0]"}},
+		{Settings{EgressIPEcho: "https://checkip.example/"}, []string{"x.egressIPEcho", "must be an http:// URL"}},
+		{Settings{EgressIPEcho: "http://echo.example/%41"}, []string{"x.egressIPEcho", "may hold only"}},
 	} {
 		errs := tc.s.Validate(field.NewPath("x"))
 		if len(errs) == 0 {

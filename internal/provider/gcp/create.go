@@ -357,7 +357,7 @@ func (p *Provider) buildInstance(pl plan, req provider.CreateRequest) *computepb
 		Metadata: &computepb.Metadata{Items: []*computepb.Items{
 			{Key: proto.String(metaUserData), Value: proto.String(pl.userData.Reveal())},
 			{Key: proto.String(metaGuestAttributes), Value: proto.String("TRUE")},
-			{Key: proto.String(metaStartupScript), Value: proto.String(startupScript(req.Port))},
+			{Key: proto.String(metaStartupScript), Value: proto.String(startupScript(req.Port, p.dest.Echo()))},
 		}},
 	}
 	if p.cfg.ServiceAccount != "" {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/api/googleapi"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 )
 
@@ -41,9 +42,9 @@ const guestAttributePath = servingreport.GuestAttributeNamespace + "/" + serving
 const notReportedYet = "the guest has not reported yet: its reporter starts with the startup script"
 
 // startupScript is the startup-script metadata value: the reporter's
-// installer for the Proxy's port.
-func startupScript(port int32) string {
-	return "#!/bin/sh\n" + servingreport.Installer(port, servingreport.PublishGuestAttribute)
+// installer for the Proxy's port, asking the entry's echo (if any).
+func startupScript(port int32, echo egress.Echo) string {
+	return "#!/bin/sh\n" + servingreport.Installer(servingreport.Config{Port: port, Publish: servingreport.PublishGuestAttribute, Echo: echo})
 }
 
 // reportsServing says whether the instance was made with the reporter:

@@ -345,7 +345,7 @@ func TestBuildInstanceInstallsTheServingReporter(t *testing.T) {
 		t.Errorf("metadata keys %v", keysOf(meta))
 	}
 	script := meta["startup-script"]
-	if script != "#!/bin/sh\n"+servingreport.Installer(8081, servingreport.PublishGuestAttribute) ||
+	if script != "#!/bin/sh\n"+servingreport.Installer(servingreport.Config{Port: 8081, Publish: servingreport.PublishGuestAttribute}) ||
 		!strings.Contains(script, "ExecStart="+servingreport.ReporterPath+" 8081 guest-attribute") {
 		t.Errorf("startup-script is not the reporter's installer for port 8081:\n%s", script)
 	}

@@ -490,7 +490,7 @@ func (p *Provider) resolve(req provider.CreateRequest) (plan, error) {
 		pl.vendorData = provider.Sensitive(p.cfg.VendorData)
 	} else {
 		// The generated cloud-config installs the reporter itself.
-		pl.vendorData = nocloud.VendorData(req.Port, req.CloudInit != "", p.cfg.InstallGuestAgent != nil && *p.cfg.InstallGuestAgent)
+		pl.vendorData = nocloud.VendorData(nocloud.OwnCloudInitReporter(req, p.dest), p.cfg.InstallGuestAgent != nil && *p.cfg.InstallGuestAgent)
 	}
 	return pl, nil
 }

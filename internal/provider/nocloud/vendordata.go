@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 )
 
@@ -72,28 +73,39 @@ fi
 log "qemu-guest-agent started"
 `
 
-// VendorData is the vendor-data of a VM whose proxy listens on port: a
-// script that, with reporter, installs the serving reporter (servingreport,
-// publishing to the file the hypervisor reads through the guest agent) and,
+// VendorData is the vendor-data of a VM: a script that, with a reporter,
+// installs the serving reporter so configured (servingreport; a provider
+// publishes to the file the hypervisor reads through the guest agent) and,
 // with installAgent, then installs and starts the QEMU guest agent as
 // GuestAgentVendorData does. The reporter comes first: its install never
 // fails the script, and the agent's may. A provider asks for the reporter
 // only for a Proxy's own cloud-init: the generated cloud-config installs
 // it already, earlier (squid.CloudConfigParams.Reporter). Empty when it
 // asks for neither.
-func VendorData(port int32, reporter, installAgent bool) provider.Sensitive {
+func VendorData(reporter *servingreport.Config, installAgent bool) provider.Sensitive {
 	switch {
-	case !reporter && !installAgent:
+	case reporter == nil && !installAgent:
 		return ""
-	case !reporter:
+	case reporter == nil:
 		return GuestAgentVendorData
 	}
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n")
-	b.WriteString(servingreport.Installer(port, servingreport.PublishFile))
+	b.WriteString(servingreport.Installer(*reporter))
 	if installAgent {
 		_, agent, _ := strings.Cut(GuestAgentVendorData.Reveal(), "\n")
 		b.WriteString(agent)
 	}
 	return provider.Sensitive(b.String())
+}
+
+// OwnCloudInitReporter is the reporter a VM's vendor-data installs: one
+// publishing to the guest-agent file for a Proxy that brings its own
+// cloud-init, none otherwise (the generated cloud-config installs it,
+// earlier: squid.CloudConfigParams.Reporter).
+func OwnCloudInitReporter(req provider.CreateRequest, dest *egress.Policy) *servingreport.Config {
+	if req.CloudInit == "" {
+		return nil
+	}
+	return &servingreport.Config{Port: req.Port, Publish: servingreport.PublishFile, Echo: dest.Echo()}
 }

@@ -187,7 +187,7 @@ func TestVendorData_InstallsTheReporterThenTheAgent(t *testing.T) {
 				}
 			}
 			testenv.LinkTools(t, bin, "mkdir", "cat", "chmod")
-			cmd := exec.Command("/bin/sh", "-c", VendorData(3128, true, tc.installAgent).Reveal())
+			cmd := exec.Command("/bin/sh", "-c", VendorData(&servingreport.Config{Port: 3128, Publish: servingreport.PublishFile}, tc.installAgent).Reveal())
 			cmd.Env = []string{"PATH=" + bin, "STUBS=" + bin, "CALLS=" + calls, "EGRESS_PROXY_ROOT=" + root}
 			out, err := cmd.CombinedOutput()
 			if (err != nil) != tc.wantFail {
@@ -199,7 +199,7 @@ func TestVendorData_InstallsTheReporterThenTheAgent(t *testing.T) {
 			}
 			for path, want := range map[string]string{
 				servingreport.ReporterPath:                         servingreport.Reporter(),
-				"/etc/systemd/system/" + servingreport.ServiceName: servingreport.Service(3128, servingreport.PublishFile),
+				"/etc/systemd/system/" + servingreport.ServiceName: servingreport.Service(servingreport.Config{Port: 3128, Publish: servingreport.PublishFile}),
 				"/etc/systemd/system/" + servingreport.TimerName:   servingreport.Timer(),
 			} {
 				got, err := os.ReadFile(filepath.Join(root, path))
@@ -218,10 +218,10 @@ func TestVendorData_InstallsTheReporterThenTheAgent(t *testing.T) {
 // cloud-config installs it) the vendor-data is the agent's script alone,
 // and nothing without the agent either.
 func TestVendorData_WithoutTheReporter(t *testing.T) {
-	if got := VendorData(3128, false, true); got != GuestAgentVendorData {
-		t.Errorf("VendorData(3128, false, true) is not GuestAgentVendorData:\n%s", got.Reveal())
+	if got := VendorData(nil, true); got != GuestAgentVendorData {
+		t.Errorf("VendorData(nil, true) is not GuestAgentVendorData:\n%s", got.Reveal())
 	}
-	if got := VendorData(3128, false, false); got != "" {
-		t.Errorf("VendorData(3128, false, false) = %q, want none", got.Reveal())
+	if got := VendorData(nil, false); got != "" {
+		t.Errorf("VendorData(nil, false) = %q, want none", got.Reveal())
 	}
 }

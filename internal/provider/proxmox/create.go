@@ -272,7 +272,7 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 	}
 	progress("uploading seed ISO")
 	iso, err := nocloud.Build(nocloud.Seed{InstanceID: req.Name, LocalHostname: req.Name, UserData: pl.userData,
-		VendorData: nocloud.VendorData(req.Port, req.CloudInit != "", true)})
+		VendorData: nocloud.VendorData(nocloud.OwnCloudInitReporter(req, p.dest), true)})
 	if err != nil {
 		return err
 	}

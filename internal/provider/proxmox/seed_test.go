@@ -131,8 +131,8 @@ func TestSeedVendorDataInstallsTheReporter(t *testing.T) {
 	must(t, err)
 	waitRunning(t, e.p, in.ID)
 	vd := seedISOFile(t, e.fake, "pve1", req.Name, "vendor-data")
-	if vd != nocloud.VendorData(req.Port, true, true).Reveal() {
-		t.Errorf("the seed's vendor-data is not nocloud.VendorData(3131, true, true):\n%s", vd)
+	if vd != nocloud.VendorData(&servingreport.Config{Port: req.Port, Publish: servingreport.PublishFile}, true).Reveal() {
+		t.Errorf("the seed's vendor-data is not nocloud.VendorData with a reporter on 3131 and the agent:\n%s", vd)
 	}
 	for _, want := range []string{servingreport.TimerName, servingreport.ReporterPath + " 3131 file", "qemu-guest-agent"} {
 		if !strings.Contains(vd, want) {

@@ -12,6 +12,7 @@ package servingreport
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +67,14 @@ type Report struct {
 	// ...); CloudInitError its first error line when it is error.
 	CloudInit      string
 	CloudInitError string
+	// EgressIP is the address the entry's echo last answered, through the
+	// proxy (the guest's view; Parse checks it is an address);
+	// EgressConfirmed when; EgressChecked when the echo was last asked;
+	// EgressError why that ask failed, if it did.
+	EgressIP        string
+	EgressConfirmed time.Time
+	EgressChecked   time.Time
+	EgressError     string
 }
 
 // Format writes r as the reporter does (for fakes and tests; the guest's
@@ -74,6 +83,8 @@ func Format(r Report) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "v=1\nserving=%s\nchecked=%s\nanswered=%s\nversion=%s\ncloud_init=%s\ncloud_init_error=%s\n",
 		yesNo(r.Serving), epoch(r.Checked), epoch(r.Answered), r.Version, r.CloudInit, oneLine(r.CloudInitError))
+	fmt.Fprintf(&b, "egress_ip=%s\negress_ip_confirmed=%s\negress_ip_checked=%s\negress_ip_error=%s\n",
+		r.EgressIP, epoch(r.EgressConfirmed), epoch(r.EgressChecked), oneLine(r.EgressError))
 	return b.String()
 }
 
@@ -126,6 +137,24 @@ func Parse(s string) (Report, error) {
 			r.CloudInit = printable(v, 32)
 		case "cloud_init_error":
 			r.CloudInitError = printable(v, maxErrorLen)
+		case "egress_ip":
+			if v != "" {
+				a, perr := netip.ParseAddr(v)
+				if perr != nil || a.Zone() != "" {
+					// Kept out of the report, said instead.
+					r.EgressError = "the echo's answer " + strconv.Quote(printable(v, 48)) + " is not an address"
+					continue
+				}
+				r.EgressIP = a.Unmap().String()
+			}
+		case "egress_ip_confirmed":
+			r.EgressConfirmed, err = parseEpoch(v)
+		case "egress_ip_checked":
+			r.EgressChecked, err = parseEpoch(v)
+		case "egress_ip_error":
+			if v != "" {
+				r.EgressError = printable(v, maxErrorLen)
+			}
 		}
 		if err != nil {
 			return Report{}, fmt.Errorf("%s: %w", k, err)
@@ -175,7 +204,7 @@ const StaleAfter = 2 * time.Minute
 // answers or not, a detail for the condition's message, when it last
 // answered, and the cloud-init error line when cloud-init failed.
 func (r Report) Signal(now time.Time) Signal {
-	s := Signal{LastAnswered: r.Answered}
+	s := Signal{LastAnswered: r.Answered, Egress: r.egress()}
 	if r.CloudInit == CloudInitError {
 		s.SetupError = orDefault(r.CloudInitError, "cloud-init status: error")
 	}
@@ -222,11 +251,26 @@ type Signal struct {
 	Detail       string
 	LastAnswered time.Time
 	SetupError   string
+	// Egress is the echo's answer (zero when the reporter has no echo).
+	Egress provider.Egress
 }
 
-// Apply sets inst's serving fields from s.
+// Apply sets inst's serving fields, and its egress address when the
+// report has one, from s.
 func (s Signal) Apply(inst *provider.Instance) {
 	inst.Serving, inst.ServingDetail, inst.LastAnswered, inst.SetupError = s.Serving, s.Detail, s.LastAnswered, s.SetupError
+	if s.Egress != (provider.Egress{}) {
+		inst.Egress = s.Egress
+	}
+}
+
+// egress is what the report says of the egress address: zero when the
+// echo was never asked (no echo, or the proxy has not answered yet).
+func (r Report) egress() provider.Egress {
+	if r.EgressIP == "" && r.EgressError == "" {
+		return provider.Egress{}
+	}
+	return provider.Egress{IP: r.EgressIP, Source: provider.EgressFromEcho, Confirmed: r.EgressConfirmed, Error: r.EgressError}
 }
 
 // Unread is the signal when the report could not be read: not answering,

@@ -4,10 +4,36 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
 // Interval is how often the guest's reporter asks the proxy.
 const Interval = 10 * time.Second
+
+// EchoInterval is how often it asks the entry's egress-IP echo, answered
+// or not: an outside service, asked by every instance.
+const EchoInterval = time.Minute
+
+// Config is what a reporter is installed with.
+type Config struct {
+	// Port is the local proxy's port.
+	Port int32
+	// Publish is where the report goes.
+	Publish Publish
+	// Echo, when set, is the entry's egress-IP echo, asked through the
+	// local proxy every EchoInterval (egress.Echo; the generated Squid
+	// admits the reporter to it).
+	Echo egress.Echo
+}
+
+// echoRequestURL is the absolute URL the reporter asks the proxy for.
+func echoRequestURL(e egress.Echo) string {
+	if e.IsZero() {
+		return ""
+	}
+	return "http://" + e.HostPort() + e.Path
+}
 
 // Publish is where the reporter publishes its report.
 type Publish string
@@ -30,30 +56,37 @@ const (
 )
 
 // reporterScript asks the proxy on 127.0.0.1:$1 for http://ProbeHost/ and
-// publishes the report ($2: file or guest-attribute). bash for /dev/tcp
-// (Debian's and Ubuntu's base images have bash, awk, date and coreutils;
-// no curl). Any HTTP status line is an answer: the generated Squid refuses
-// the name itself, another proxy fails to resolve it. answered= carries
-// over from the last report, so "stopped answering" survives a run.
+// publishes the report ($2: file or guest-attribute); with $3, an echo URL,
+// it asks that through the proxy every EchoInterval too and publishes the
+// address it answered. bash for /dev/tcp (Debian's and Ubuntu's base
+// images have bash, awk, date and coreutils; no curl). Any HTTP status
+// line is an answer: the generated Squid refuses the name itself, another
+// proxy fails to resolve it. answered= and the egress_ip lines carry over
+// from the last report, so "stopped answering" and the last confirmed
+// address survive a run.
 //
 // EGRESS_PROXY_METADATA (host:port) and EGRESS_PROXY_REPORT override the
 // metadata server and the report's file, for tests only.
 const reporterScript = `#!/bin/bash
 # egress-proxies-operator: publishes whether this VM's egress proxy answers
 # (the operator's serving signal). Asks the local proxy for a name under
-# .invalid, which it answers itself without sending anything anywhere.
+# .invalid, which it answers itself without sending anything anywhere; with
+# an echo URL, asks it through the proxy once a minute for the address
+# destinations see.
 set -u
 export LC_ALL=C
 # A proxy that answers and closes before it read the whole question must
 # not kill the reporter: a write then fails instead.
 trap '' PIPE
-port=${1:?usage: egress-proxy-serving PORT file|guest-attribute}
-publish=${2:?usage: egress-proxy-serving PORT file|guest-attribute}
+port=${1:?usage: egress-proxy-serving PORT file|guest-attribute [ECHO-URL]}
+publish=${2:?usage: egress-proxy-serving PORT file|guest-attribute [ECHO-URL]}
+echo_url=${3:-}
 report=${EGRESS_PROXY_REPORT:-@REPORT@}
 metadata=${EGRESS_PROXY_METADATA:-169.254.169.254:80}
 
+last() { sed -n "s/^$1=//p" "$report" 2>/dev/null | head -n 1; }
 now=$(date +%s)
-answered=$(sed -n 's/^answered=//p' "$report" 2>/dev/null | head -n 1)
+answered=$(last answered)
 serving=no
 if exec 3<>"/dev/tcp/127.0.0.1/$port"; then
 	printf 'GET http://@PROBE@/ HTTP/1.0\r\nHost: @PROBE@\r\n\r\n' >&3
@@ -63,6 +96,41 @@ if exec 3<>"/dev/tcp/127.0.0.1/$port"; then
 	fi
 	exec 3<&- 3>&-
 fi 2>/dev/null
+
+# The egress address, through the proxy: what destinations see.
+egress_ip=$(last egress_ip)
+egress_ip_confirmed=$(last egress_ip_confirmed)
+egress_ip_checked=$(last egress_ip_checked)
+egress_ip_error=$(last egress_ip_error)
+if [ -z "$echo_url" ]; then
+	egress_ip= egress_ip_confirmed= egress_ip_checked= egress_ip_error=
+elif [ "$serving" = yes ] && { [ -z "$egress_ip_checked" ] || [ $((now - egress_ip_checked)) -ge @ECHO_EVERY@ ]; }; then
+	egress_ip_checked=$now
+	hostport=${echo_url#http://}
+	hostport=${hostport%%/*}
+	answer= estatus=
+	if exec 5<>"/dev/tcp/127.0.0.1/$port"; then
+		printf 'GET %s HTTP/1.0\r\nHost: %s\r\nUser-Agent: egress-proxies-operator\r\nAccept: text/plain\r\n\r\n' "$echo_url" "$hostport" >&5
+		if IFS= read -r -t 10 estatus <&5; then
+			estatus=${estatus%$'\r'}
+			while IFS= read -r -t 10 line <&5 && [ -n "${line%$'\r'}" ]; do :; done
+			IFS= read -r -t 10 answer <&5
+			answer=${answer%$'\r'}
+			answer=${answer#"${answer%%[![:space:]]*}"}
+			answer=${answer%"${answer##*[![:space:]]}"}
+		fi
+		exec 5<&- 5>&-
+	fi 2>/dev/null
+	if [[ $estatus == HTTP/*\ 200* ]] && [[ $answer =~ ^[0-9A-Fa-f:.]{2,45}$ ]]; then
+		egress_ip=$answer egress_ip_confirmed=$now egress_ip_error=
+	elif [ -z "$estatus" ]; then
+		egress_ip_error="no answer from the proxy or the echo within 10s"
+	elif [[ $estatus != HTTP/*\ 200* ]]; then
+		egress_ip_error="the echo answered: $(printf '%s' "$estatus" | tr -cd '[:print:]' | cut -c1-80)"
+	else
+		egress_ip_error="the echo's answer is not an address: $(printf '%s' "$answer" | tr -cd '[:print:]' | cut -c1-48)"
+	fi
+fi
 
 version=$(squid -v 2>/dev/null | sed -n '1s/^.*Version //p')
 # cloud-init status is Python, seconds under emulation: asked while
@@ -86,8 +154,8 @@ elif command -v cloud-init >/dev/null 2>&1; then
 	esac
 fi
 
-body=$(printf 'v=1\nserving=%s\nchecked=%s\nanswered=%s\nversion=%s\ncloud_init=%s\ncloud_init_error=%s\n' \
-	"$serving" "$now" "$answered" "$version" "$ci" "$ci_error")
+body=$(printf 'v=1\nserving=%s\nchecked=%s\nanswered=%s\nversion=%s\ncloud_init=%s\ncloud_init_error=%s\negress_ip=%s\negress_ip_confirmed=%s\negress_ip_checked=%s\negress_ip_error=%s\n' \
+	"$serving" "$now" "$answered" "$version" "$ci" "$ci_error" "$egress_ip" "$egress_ip_confirmed" "$egress_ip_checked" "$egress_ip_error")
 
 case $publish in
 file)
@@ -136,23 +204,30 @@ func Reporter() string {
 		"@MAXERR@", fmt.Sprint(maxErrorLen),
 		"@NAMESPACE@", GuestAttributeNamespace,
 		"@KEY@", GuestAttributeKey,
+		"@ECHO_EVERY@", fmt.Sprint(int(EchoInterval/time.Second)),
 	).Replace(reporterScript)
 }
 
 // Service is the reporter's unit: one run, sandboxed (it reads cloud-init's
 // status, connects to loopback and, on GCE, the metadata server, and writes
 // only /run/egress-proxy).
-func Service(port int32, publish Publish) string { return service(ReporterPath, port, publish) }
+func Service(c Config) string { return service(ReporterPath, c) }
 
-func service(reporter string, port int32, publish Publish) string {
+func service(reporter string, c Config) string {
+	args := fmt.Sprintf("%d %s", c.Port, c.Publish)
+	if u := echoRequestURL(c.Echo); u != "" {
+		// egress.ParseEcho admitted no character systemd or the shell
+		// would read.
+		args += " " + u
+	}
 	return fmt.Sprintf(`[Unit]
 Description=Publish whether this VM's egress proxy answers (egress-proxies-operator)
 Documentation=https://github.com/egress-proxies-operator/egress-proxies-operator/blob/main/docs/provider-contract.md
 
 [Service]
 Type=oneshot
-ExecStart=%s %d %s
-TimeoutStartSec=30
+ExecStart=%s %s
+TimeoutStartSec=40
 RuntimeDirectory=egress-proxy
 RuntimeDirectoryPreserve=yes
 ProtectSystem=strict
@@ -163,7 +238,7 @@ NoNewPrivileges=yes
 CapabilityBoundingSet=
 RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX
 LogLevelMax=notice
-`, reporter, port, publish)
+`, reporter, args)
 }
 
 // Timer runs the reporter every Interval from boot.
@@ -186,15 +261,15 @@ WantedBy=timers.target
 // reporter and its units and starts the timer. It needs systemd; without
 // it, it says so and exits 0, so the rest of a vendor-data still runs (the
 // provider then reads no report, and says so in the condition).
-func Installer(port int32, publish Publish) string {
+func Installer(c Config) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# egress-proxies-operator: the serving reporter (%s every %s).\n", publish, Interval)
+	fmt.Fprintf(&b, "# egress-proxies-operator: the serving reporter (%s every %s).\n", c.Publish, Interval)
 	// EGRESS_PROXY_ROOT is for tests only: where / is.
 	b.WriteString("root=${EGRESS_PROXY_ROOT:-}\n")
 	b.WriteString("if command -v systemctl >/dev/null 2>&1; then\n")
 	for _, f := range []struct{ path, mode, content string }{
 		{ReporterPath, "0755", Reporter()},
-		{unitDir + "/" + ServiceName, "0644", Service(port, publish)},
+		{unitDir + "/" + ServiceName, "0644", Service(c)},
 		{unitDir + "/" + TimerName, "0644", Timer()},
 	} {
 		fmt.Fprintf(&b, "\tmkdir -p \"$root%s\"\n", f.path[:strings.LastIndex(f.path, "/")])

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
@@ -63,7 +65,13 @@ func write(t *testing.T, path, content string, mode os.FileMode) {
 // run runs the reporter once and returns its report as published.
 func (g *guest) run(t *testing.T, port int, publish Publish, extraEnv ...string) (Report, string) {
 	t.Helper()
-	cmd := exec.Command("bash", filepath.Join(g.dir, "reporter"), strconv.Itoa(port), string(publish))
+	return g.runArgs(t, []string{strconv.Itoa(port), string(publish)}, extraEnv...)
+}
+
+// runArgs runs the reporter once with args.
+func (g *guest) runArgs(t *testing.T, args []string, extraEnv ...string) (Report, string) {
+	t.Helper()
+	cmd := exec.Command("bash", append([]string{filepath.Join(g.dir, "reporter")}, args...)...)
 	cmd.Env = append(g.env, extraEnv...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -83,12 +91,19 @@ func (g *guest) run(t *testing.T, port int, publish Publish, extraEnv ...string)
 // fakeProxy answers every request with 403 from itself, as the generated
 // Squid answers the probe, and hands over each request line it read.
 func fakeProxy(t *testing.T) (port int, requests <-chan string, stop func()) {
-	return fakeProxyClosing(t, false)
+	return fakeProxyAnswering(t, false, nil)
 }
 
 // fakeProxyClosing is fakeProxy; with closeEarly it answers and closes
 // after the request line.
 func fakeProxyClosing(t *testing.T, closeEarly bool) (port int, requests <-chan string, stop func()) {
+	return fakeProxyAnswering(t, closeEarly, nil)
+}
+
+// fakeProxyAnswering is fakeProxyClosing; a request for anything but the
+// probe's name gets what other returns for its request line and headers
+// (an echo's answer relayed), when other is set.
+func fakeProxyAnswering(t *testing.T, closeEarly bool, other func(line string, header []string) string) (port int, requests <-chan string, stop func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -115,10 +130,17 @@ func fakeProxyClosing(t *testing.T, closeEarly bool) (port int, requests <-chan 
 					io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nConnection: close\r\n\r\n")
 					return
 				}
+				var header []string
 				for {
-					if h, err := br.ReadString('\n'); err != nil || h == "\r\n" {
+					h, err := br.ReadString('\n')
+					if err != nil || h == "\r\n" {
 						break
 					}
+					header = append(header, strings.TrimRight(h, "\r\n"))
+				}
+				if other != nil && !strings.Contains(line, ProbeHost) {
+					io.WriteString(c, other(strings.TrimRight(line, "\r\n"), header))
+					return
 				}
 				io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nServer: squid\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 			}()
@@ -274,12 +296,20 @@ func TestUnits_SystemdVerify(t *testing.T) {
 		out, err := exec.Command(sa, "verify", filepath.Join(dir, TimerName), filepath.Join(dir, ServiceName)).CombinedOutput()
 		return string(out), err
 	}
-	for _, p := range []Publish{PublishFile, PublishGuestAttribute} {
-		if out, err := verify(service(reporter, 3128, p)); err != nil || out != "" {
-			t.Errorf("systemd-analyze verify refused the %s units: %v\n%s", p, err, out)
+	echo, ferr := egress.ParseEcho("http://[2001:db8::1]:8080/ip?format=text&v=4,6", nil)
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	for _, c := range []Config{{Port: 3128, Publish: PublishFile}, {Port: 3128, Publish: PublishGuestAttribute}, {Port: 3128, Publish: PublishFile, Echo: echo}} {
+		unit := service(reporter, c)
+		if out, err := verify(unit); err != nil || out != "" {
+			t.Errorf("systemd-analyze verify refused the units for %+v: %v\n%s", c, err, out)
+		}
+		if !strings.Contains(unit, "ExecStart="+reporter+" 3128 "+string(c.Publish)+strings.TrimSuffix(" "+echoRequestURL(c.Echo), " ")+"\n") {
+			t.Errorf("the unit for %+v does not run the reporter with its arguments:\n%s", c, unit)
 		}
 	}
-	broken := strings.Replace(service(reporter, 3128, PublishFile), "ProtectSystem=strict", "ProtectSystem=everything", 1)
+	broken := strings.Replace(service(reporter, Config{Port: 3128, Publish: PublishFile}), "ProtectSystem=strict", "ProtectSystem=everything", 1)
 	if out, err := verify(broken); !strings.Contains(out, "everything") {
 		t.Errorf("systemd-analyze verify took a broken unit: %v\n%s", err, out)
 	}
@@ -291,7 +321,7 @@ func TestInstaller_NeverFails(t *testing.T) {
 	root, bin := t.TempDir(), t.TempDir()
 	write(t, filepath.Join(bin, "systemctl"), "#!/bin/sh\nexit 1\n", 0o755)
 	testenv.LinkTools(t, bin, "mkdir", "cat", "chmod")
-	cmd := exec.Command("/bin/sh", "-c", Installer(3128, PublishFile))
+	cmd := exec.Command("/bin/sh", "-c", Installer(Config{Port: 3128, Publish: PublishFile}))
 	cmd.Env = []string{"PATH=" + bin, "EGRESS_PROXY_ROOT=" + root}
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "starting the serving reporter failed") {
@@ -305,13 +335,13 @@ func TestInstaller_NeverFails(t *testing.T) {
 // TestInstaller_WritesWhatItSays: the installer is valid sh, and the files
 // its here-documents write are the reporter and the units byte for byte.
 func TestInstaller_WritesWhatItSays(t *testing.T) {
-	inst := Installer(3128, PublishFile)
+	inst := Installer(Config{Port: 3128, Publish: PublishFile})
 	if out, err := exec.Command("sh", "-n", "-c", inst).CombinedOutput(); err != nil {
 		t.Fatalf("sh -n: %v\n%s", err, out)
 	}
 	for path, want := range map[string]string{
 		ReporterPath:                Reporter(),
-		unitDir + "/" + ServiceName: Service(3128, PublishFile),
+		unitDir + "/" + ServiceName: Service(Config{Port: 3128, Publish: PublishFile}),
 		unitDir + "/" + TimerName:   Timer(),
 	} {
 		start := "cat >\"$root" + path + "\" <<'EGRESS_PROXY_EOF'\n"
@@ -327,4 +357,83 @@ func TestInstaller_WritesWhatItSays(t *testing.T) {
 	if !strings.Contains(inst, "systemctl enable "+TimerName+" &&\n\t\tsystemctl start --no-block "+TimerName+" ||") {
 		t.Error("the installer does not start the timer")
 	}
+}
+
+// TestReporter_EgressIPThroughTheProxy: with an echo URL the reporter asks
+// it through the local proxy (an absolute-URI GET with its Host), reports
+// the answer, asks again only after EchoInterval, and keeps the last
+// confirmed address with the error when the echo fails.
+func TestReporter_EgressIPThroughTheProxy(t *testing.T) {
+	const echoURL = "http://echo.example:8080/ip"
+	answer := make(chan string, 1)
+	var asked []string
+	port, _, stop := fakeProxyAnswering(t, false, func(line string, header []string) string {
+		asked = append(asked, line+" | "+strings.Join(header, " | "))
+		return <-answer
+	})
+	defer stop()
+	g := newGuest(t, readFixture(t, "cloud-init-22.4-done.txt"))
+	args := []string{strconv.Itoa(port), string(PublishFile), echoURL}
+	before := time.Now().Add(-time.Second)
+
+	answer <- "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n192.0.2.7\n"
+	r, _ := g.runArgs(t, args)
+	if r.EgressIP != "192.0.2.7" || r.EgressConfirmed.Before(before) || r.EgressError != "" || !r.Serving {
+		t.Fatalf("after the echo answered: %+v", r)
+	}
+	if len(asked) != 1 || !strings.HasPrefix(asked[0], "GET "+echoURL+" HTTP/1.0 | Host: echo.example:8080 | ") {
+		t.Fatalf("the proxy was asked %q, want one GET of %s with its Host", asked, echoURL)
+	}
+	if sig := r.Signal(time.Now()); sig.Egress.IP != "192.0.2.7" || sig.Egress.Source != provider.EgressFromEcho {
+		t.Errorf("signal's egress: %+v", sig.Egress)
+	}
+
+	// Within EchoInterval: not asked, the address kept.
+	if r, _ = g.runArgs(t, args); len(asked) != 1 || r.EgressIP != "192.0.2.7" {
+		t.Fatalf("a second run within %s asked %d times and reported %+v", EchoInterval, len(asked), r)
+	}
+	confirmed := r.EgressConfirmed
+
+	// After it, asked again; a failure keeps the last confirmed address.
+	for _, tc := range []struct{ answer, wantErr string }{
+		{"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n\r\n", "the echo answered: HTTP/1.1 503 Service Unavailable"},
+		{"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n<html>you are 192.0.2.9</html>\n", "the echo's answer is not an address: <html>you are 192.0.2.9</html>"},
+	} {
+		g.backdateEchoCheck(t, EchoInterval+time.Second)
+		answer <- tc.answer
+		r, _ = g.runArgs(t, args)
+		if r.EgressIP != "192.0.2.7" || !r.EgressConfirmed.Equal(confirmed) || r.EgressError != tc.wantErr {
+			t.Errorf("after the echo answered %q: %+v, want 192.0.2.7 confirmed at %v with error %q", tc.answer, r, confirmed, tc.wantErr)
+		}
+	}
+	if len(asked) != 3 {
+		t.Errorf("asked %d times, want 3", len(asked))
+	}
+
+	// Without the echo URL, no egress lines.
+	if r, _ = g.run(t, port, PublishFile); r.EgressIP != "" || r.EgressError != "" || !r.EgressChecked.IsZero() {
+		t.Errorf("a run without an echo URL reported %+v", r)
+	}
+}
+
+// backdateEchoCheck moves the report's egress_ip_checked back by d, as if
+// d had passed since.
+func (g *guest) backdateEchoCheck(t *testing.T, d time.Duration) {
+	t.Helper()
+	raw, err := os.ReadFile(g.report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(l, "egress_ip_checked="); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("egress_ip_checked=%q", v)
+			}
+			l = "egress_ip_checked=" + strconv.FormatInt(n-int64(d/time.Second), 10)
+		}
+		out = append(out, l)
+	}
+	write(t, g.report, strings.Join(out, "\n"), 0o644)
 }

@@ -178,11 +178,10 @@ func CloudConfig(in CloudConfigParams) (string, error) {
 		// before write_files and the packages, so the guest reports
 		// "cloud-init: running" while Squid is installed. The timer is
 		// started without waiting: its unit needs sysinit.target, which
-		// waits for this stage. The vendor-data installs it again later,
-		// which changes nothing.
+		// waits for this stage.
 		w("bootcmd:")
 		w("  - |")
-		for _, l := range strings.Split(strings.TrimSuffix(servingreport.Installer(in.Port, in.Reporter), "\n"), "\n") {
+		for _, l := range strings.Split(strings.TrimSuffix(servingreport.Installer(servingreport.Config{Port: in.Port, Publish: in.Reporter, Echo: in.Destinations.Echo()}), "\n"), "\n") {
 			if l == "" {
 				w("")
 			} else {

@@ -353,7 +353,7 @@ func TestCloudConfig_ReporterInBootcmd(t *testing.T) {
 		switch {
 		case publish == "" && d.Bootcmd != nil:
 			t.Errorf("a bootcmd without a reporter: %q", d.Bootcmd)
-		case publish != "" && (len(d.Bootcmd) != 1 || d.Bootcmd[0] != servingreport.Installer(3129, publish)):
+		case publish != "" && (len(d.Bootcmd) != 1 || d.Bootcmd[0] != servingreport.Installer(servingreport.Config{Port: 3129, Publish: publish})):
 			t.Errorf("bootcmd %q, want the installer", d.Bootcmd)
 		}
 	}
