@@ -241,6 +241,24 @@ const AnnotationForceRelease = "egress.proxy-operator.dev/force-release"
 // ConditionReady is the Proxy's summary condition.
 const ConditionReady = "Ready"
 
+// ConditionEgressIPObserved says whether status.egressIP is current: True
+// when the source confirmed it on the serving instance, False when the
+// echo fails (egressIP is then the last confirmed address), Unknown when
+// the serving instance has not reported one yet. Absent while nothing was
+// ever observed. It does not bear on Ready.
+const ConditionEgressIPObserved = "EgressIPObserved"
+
+// Reasons of the EgressIPObserved condition.
+const (
+	// EgressReasonConfirmed: the source confirmed status.egressIP.
+	EgressReasonConfirmed = "Confirmed"
+	// EgressReasonEchoFailing: the echo's last answer failed.
+	EgressReasonEchoFailing = "EchoFailing"
+	// EgressReasonNotReportedYet: the serving instance has not reported
+	// its egress address yet.
+	EgressReasonNotReportedYet = "NotReportedYet"
+)
+
 // kstatus's abnormal-true conditions, derived from Ready's reason
 // (docs/api.md): tools that read status the kstatus way (Flux, Argo CD,
 // kpt live status, kubectl wait on them) see a Proxy in progress or
@@ -340,6 +358,16 @@ type ProxyStatus struct {
 	// provider has one (a Service name for Pods), else its IP.
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
+	// EgressIP is the address destinations see when clients go through
+	// this Proxy, as observed on the instance serving it (status.egress
+	// says how and when; the EgressIPObserved condition whether it is
+	// current). Empty until observed: the entry names no echo and the
+	// backend does not know it, or the serving instance has not reported.
+	// +optional
+	EgressIP string `json:"egressIP,omitempty"`
+	// Egress is how egressIP was observed.
+	// +optional
+	Egress *EgressObservation `json:"egress,omitempty"`
 	// ObservedGeneration is the generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -362,6 +390,21 @@ type ProxyStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// EgressObservation is how a Proxy's egress address was observed.
+type EgressObservation struct {
+	// Source: Backend (the backend gives the instance that address, as a
+	// GCE external NAT IP) or Echo (the entry's egressIPEcho answered a
+	// request the instance sent through its own proxy).
+	// +kubebuilder:validation:Enum=Backend;Echo
+	Source string `json:"source"`
+	// LastConfirmed is when the source last said so (for an echo, the
+	// guest's clock).
+	// +optional
+	LastConfirmed *metav1.Time `json:"lastConfirmed,omitempty"`
+	// ProviderID is the instance it was observed on.
+	ProviderID string `json:"providerID"`
 }
 
 // PermanentFailure is what a permanent failure was seen under.
@@ -387,6 +430,7 @@ type PermanentFailure struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
+// +kubebuilder:printcolumn:name="Egress IP",type=string,JSONPath=`.status.egressIP`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Proxy struct {
 	metav1.TypeMeta   `json:",inline"`

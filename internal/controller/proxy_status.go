@@ -351,6 +351,7 @@ func (r *ProxyReconciler) report(px *egressv1.Proxy, o observation) {
 		px.Status.Endpoint, px.Status.IP = "", ""
 	case setAddress:
 		px.Status.IP, px.Status.Endpoint = s.ip, s.endpoint
+		applyEgress(&px.Status, o.inst, px.Generation)
 	}
 	msg := s.message
 	if s.progress {

@@ -47,6 +47,8 @@ type Serving struct {
 	Detail       string
 	LastAnswered time.Time
 	SetupError   string
+	// Egress is what Get reports as the instance's egress address.
+	Egress provider.Egress
 }
 
 // instance is a Record plus the countdowns that script asynchrony.
@@ -212,6 +214,7 @@ func (in *instance) view() provider.Instance {
 		inst.IP = in.IP
 		inst.Serving, inst.ServingDetail = in.Serving.Serving, in.Serving.Detail
 		inst.LastAnswered, inst.SetupError = in.Serving.LastAnswered, in.Serving.SetupError
+		inst.Egress = in.Serving.Egress
 	}
 	if in.createPending {
 		// Unfinished, and no step of this provider advancing it (Get asks

@@ -12,6 +12,7 @@ func Profile() profile.Profile {
 	return profile.Profile{
 		Readiness:          profile.Is(profile.ReadinessProvisioningWindow).Note("the VM boots and cloud-init installs Squid: tens of seconds to minutes"),
 		ServingSignal:      profile.Is(profile.ServingGuestAttributes).Note("the guest's reporter (installed by the `startup-script` metadata, with `enable-guest-attributes`) writes the guest attribute `egress-proxy/report` every 10 s; `Get` reads it with `instances.getGuestAttributes`, at most once per instance per 10 s; instances made before it have no signal"),
+		EgressIP:           profile.Is(profile.EgressIPBackend, profile.EgressIPEcho).Note("external `addressMode`: the instance's external NAT IP, which its packets leave with; internal: the entry's `egressIPEcho`, asked by the guest's reporter and read with the guest attribute"),
 		CreateReturn:       profile.Is(profile.CreateReturnBackground).Note("the in-flight table: firewall rule, insert, its operation"),
 		DeleteReturn:       profile.Is(profile.DeleteReturnReturnsEarly).Note("one operation, followed in the background, then the rule"),
 		IPSource:           profile.Is(profile.IPSourceAssignedAtCreate).Note("the external NAT IP, or the internal IP (`addressMode`)"),

@@ -12,6 +12,7 @@ func Profile() profile.Profile {
 	return profile.Profile{
 		Readiness:          profile.Is(profile.ReadinessProvisioningWindow).Note("a minute or two: an image download first, once per host, then boot and cloud-init"),
 		ServingSignal:      profile.Is(profile.ServingGuestAgent).Note("the guest's reporter (vendor-data) writes a report every 10 s; Get reads it through the QEMU guest agent (three agent commands); a site's own vendorData without the reporter: none"),
+		EgressIP:           profile.Is(profile.EgressIPEcho).Note("the entry's `egressIPEcho`, asked through the proxy by the guest's reporter once a minute and read with its report; none without it"),
 		CreateReturn:       profile.Is(profile.CreateReturnBackground).Note("the in-flight table: capacity precheck, seed, image cache, overlay, define, start"),
 		DeleteReturn:       profile.Is(profile.DeleteReturnWaits).Note("the domain, its overlay and its seed are gone when Delete returns"),
 		IPSource:           profile.Is(profile.IPSourceDiscovered).Note("the guest agent, the DHCP lease, ARP"),

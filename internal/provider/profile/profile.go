@@ -26,7 +26,9 @@ import (
 type Profile struct {
 	Readiness Choice[Readiness]
 	// ServingSignal is where Get's Instance.Serving comes from.
-	ServingSignal      Choice[ServingSignal]
+	ServingSignal Choice[ServingSignal]
+	// EgressIP is where Get's Instance.Egress comes from.
+	EgressIP           Choice[EgressIP]
 	CreateReturn       Choice[CreateReturn]
 	DeleteReturn       Choice[DeleteReturn]
 	IPSource           Choice[IPSource]
@@ -117,6 +119,7 @@ type CheckUse struct {
 type (
 	Readiness          string
 	ServingSignal      string
+	EgressIP           string
 	CreateReturn       string
 	DeleteReturn       string
 	IPSource           string
@@ -154,6 +157,15 @@ const (
 	ServingGuestAttributes ServingSignal = "guest-attributes"
 	// ServingNone: no signal yet; Ready follows the state and address.
 	ServingNone ServingSignal = "none"
+
+	// EgressIPBackend: the backend gives the instance the address its
+	// packets leave with, and reports it.
+	EgressIPBackend EgressIP = "backend"
+	// EgressIPEcho: the entry's egressIPEcho, asked through the proxy by
+	// the guest's reporter and published with the serving signal.
+	EgressIPEcho EgressIP = "echo"
+	// EgressIPNone: not observed.
+	EgressIPNone EgressIP = "none"
 
 	CreateReturnSubmit     CreateReturn = "submit"
 	CreateReturnBackground CreateReturn = "background"
@@ -236,6 +248,7 @@ var vocabulary = map[string][]string{
 	"readiness": {string(ReadinessImmediate), string(ReadinessProvisioningWindow)},
 	"serving-signal": {string(ServingListener), string(ServingReadinessProbe), string(ServingGuestAgent),
 		string(ServingGuestAttributes), string(ServingNone)},
+	"egress-ip":           {string(EgressIPBackend), string(EgressIPEcho), string(EgressIPNone)},
 	"create-return":       {string(CreateReturnSubmit), string(CreateReturnBackground), string(CreateReturnBlocking)},
 	"delete-return":       {string(DeleteReturnReturnsEarly), string(DeleteReturnWaits)},
 	"ip-source":           {string(IPSourceAssignedAtCreate), string(IPSourceDiscovered)},
@@ -290,6 +303,7 @@ func (p Profile) Rows() []Row {
 	return []Row{
 		axis("readiness", p.Readiness.strings(), p.Readiness.Detail),
 		axis("serving-signal", p.ServingSignal.strings(), p.ServingSignal.Detail),
+		axis("egress-ip", p.EgressIP.strings(), p.EgressIP.Detail),
 		axis("create-return", p.CreateReturn.strings(), p.CreateReturn.Detail),
 		axis("delete-return", p.DeleteReturn.strings(), p.DeleteReturn.Detail),
 		axis("ip-source", p.IPSource.strings(), p.IPSource.Detail),

@@ -12,6 +12,7 @@ func validProfile() Profile {
 	return Profile{
 		Readiness:          Is(ReadinessImmediate),
 		ServingSignal:      Is(ServingListener),
+		EgressIP:           Is(EgressIPNone),
 		CreateReturn:       Is(CreateReturnSubmit),
 		DeleteReturn:       Is(DeleteReturnWaits),
 		IPSource:           Is(IPSourceDiscovered),
@@ -85,7 +86,7 @@ func TestProfileRowsFollowTheContract(t *testing.T) {
 			t.Errorf("row %s has a vocabulary but is neither an axis nor cloud-init", r.Name)
 		}
 	}
-	want := "readiness serving-signal create-return delete-return ip-source gc-mark created-at list-partial quota not-found " +
+	want := "readiness serving-signal egress-ip create-return delete-return ip-source gc-mark created-at list-partial quota not-found " +
 		"primary-key provisioning-state async-ops secondary-resources credentials client-kind timeouts logging " +
 		"child-spans backend-test placement.zone placement.region placement.machineType placement.image " +
 		"cloud-init port states health check check reasons credential rotation tested against"

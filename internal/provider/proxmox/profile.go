@@ -12,6 +12,7 @@ func Profile() profile.Profile {
 	return profile.Profile{
 		Readiness:          profile.Is(profile.ReadinessProvisioningWindow).Note("a minute or so: clone, seed upload, boot, cloud-init"),
 		ServingSignal:      profile.Is(profile.ServingGuestAgent).Note("the guest's reporter (installed by the seed's vendor-data) writes `/run/egress-proxy/report` every 10 s; Get reads it through PVE's `agent/file-read` (its third request; the token needs `VM.GuestAgent.FileRead`); a VM made before the reporter (no `pos-1` tag) reports none"),
+		EgressIP:           profile.Is(profile.EgressIPEcho).Note("the entry's `egressIPEcho`, asked through the proxy by the guest's reporter once a minute and read with its report (`agent/file-read`); none without it"),
 		CreateReturn:       profile.Is(profile.CreateReturnBackground).Note("the clone is submitted in the call; its task, the seed upload, config, resize and start run in the in-flight table, with progress (`clone task 40%`)"),
 		DeleteReturn:       profile.Is(profile.DeleteReturnReturnsEarly).Note("stop, seed ISO removal and destroy run in the background; Get reads NotFound once all is gone"),
 		IPSource:           profile.Is(profile.IPSourceDiscovered).Note("the QEMU guest agent (`network-get-interfaces`)"),

@@ -1,0 +1,100 @@
+package controller
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// How status.egressIP is decided: from what the serving instance's
+// provider reports (provider.Instance.Egress), never assumed from the
+// address clients connect to. applyEgress is the one place; its table in
+// proxy_egress_test.go covers each case.
+
+// egressConfirmRefresh is how much newer a confirmation of the same
+// address must be before status.egress.lastConfirmed is rewritten: an
+// echo confirms every minute, and a status write per Proxy per minute
+// would be most of a fleet's writes for a timestamp nobody needs to the
+// minute.
+const egressConfirmRefresh = 5 * time.Minute
+
+// applyEgress shows the egress address of inst, the instance that serves
+// the Proxy, in st: the address with how and when it was observed, and
+// the EgressIPObserved condition. An echo that fails keeps the last
+// confirmed address and says so; an instance that took over and has not
+// reported yet clears the previous instance's address (it is not assumed
+// to be this one's) and says whose it was.
+func applyEgress(st *egressv1.ProxyStatus, inst provider.Instance, generation int64) {
+	e, prev := inst.Egress, st.Egress
+	sameInstance := prev != nil && prev.ProviderID == inst.ID
+	cond := func(status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: egressv1.ConditionEgressIPObserved,
+			Status: status, Reason: reason, Message: msg, ObservedGeneration: generation})
+	}
+	switch {
+	case e.IP != "":
+		obs := &egressv1.EgressObservation{Source: string(e.Source), ProviderID: inst.ID}
+		if !e.Confirmed.IsZero() {
+			obs.LastConfirmed = &metav1.Time{Time: e.Confirmed.UTC().Truncate(time.Second)}
+		}
+		if sameInstance && st.EgressIP == e.IP && prev.Source == obs.Source && !confirmedLater(obs.LastConfirmed, prev.LastConfirmed) {
+			obs.LastConfirmed = prev.LastConfirmed
+		}
+		st.EgressIP, st.Egress = e.IP, obs
+		if e.Error == "" {
+			cond(metav1.ConditionTrue, egressv1.EgressReasonConfirmed, fmt.Sprintf("destinations see %s (%s)", e.IP, describeSource(e.Source)))
+			return
+		}
+		cond(metav1.ConditionFalse, egressv1.EgressReasonEchoFailing,
+			fmt.Sprintf("%s; %s is the address last confirmed%s", e.Error, e.IP, confirmedAt(obs.LastConfirmed)))
+	case e.Error != "":
+		// Never confirmed on this instance.
+		was := ""
+		if prev != nil && !sameInstance {
+			was = fmt.Sprintf(" (instance %s's was %s)", prev.ProviderID, st.EgressIP)
+		}
+		st.EgressIP, st.Egress = "", nil
+		cond(metav1.ConditionFalse, egressv1.EgressReasonEchoFailing,
+			fmt.Sprintf("instance %s has no egress address confirmed yet: %s%s", inst.ID, e.Error, was))
+	case prev != nil && !sameInstance:
+		was := fmt.Sprintf("instance %s's was %s", prev.ProviderID, st.EgressIP)
+		st.EgressIP, st.Egress = "", nil
+		cond(metav1.ConditionUnknown, egressv1.EgressReasonNotReportedYet,
+			fmt.Sprintf("instance %s, which serves now, has not reported its egress address yet (%s)", inst.ID, was))
+	}
+	// Otherwise nothing is observed, or nothing new: as it was.
+}
+
+// confirmedLater says whether next is at least egressConfirmRefresh after
+// prev (or prev is unknown).
+func confirmedLater(next, prev *metav1.Time) bool {
+	switch {
+	case next == nil:
+		return false
+	case prev == nil:
+		return true
+	}
+	return next.Sub(prev.Time) >= egressConfirmRefresh || next.Before(prev)
+}
+
+func confirmedAt(t *metav1.Time) string {
+	if t == nil {
+		return ""
+	}
+	return " at " + t.UTC().Format(time.RFC3339)
+}
+
+func describeSource(s provider.EgressSource) string {
+	switch s {
+	case provider.EgressFromBackend:
+		return "the backend's address for the instance"
+	case provider.EgressFromEcho:
+		return "the entry's egressIPEcho, asked through the proxy"
+	}
+	return string(s)
+}
