@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/go-logr/logr"
@@ -96,7 +97,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	p.noteRegion(pl.region)
 	in, err := api.GetInstance(fg, pl.zone, req.Name)
 	if err == nil {
-		return p.adopt(fg, api, pl, req, in)
+		return p.adopt(fg, api, pl, req, in, p.now())
 	}
 	if err = classify(err, call{what: "reading instance " + id, target: p.instanceTarget(pl.zone, req.Name)}); !errors.Is(err, provider.ErrNotFound) {
 		return provider.Instance{}, err
@@ -136,7 +137,8 @@ func (p *Provider) instanceTarget(zone, name string) string {
 // this installation's marks and req.UID (or no UID, which is filled in) is
 // ours. Its firewall rule is kept in step (submitted, not waited for: the
 // bound), and a stopped instance is started, a suspended one resumed.
-func (p *Provider) adopt(ctx context.Context, api computeAPI, pl plan, req provider.CreateRequest, in *computepb.Instance) (provider.Instance, error) {
+// read is when in was read.
+func (p *Provider) adopt(ctx context.Context, api computeAPI, pl plan, req provider.CreateRequest, in *computepb.Instance, read time.Time) (provider.Instance, error) {
 	log := logr.FromContextOrDiscard(ctx)
 	marks := provider.MarksFromLabels(in.GetLabels())
 	if err := provider.AdoptionError(provider.CheckAdoption(marks, p.opts.InstallationID, req.UID), req.Name); err != nil {
@@ -175,7 +177,7 @@ func (p *Provider) adopt(ctx context.Context, api computeAPI, pl plan, req provi
 		inst.UID = req.UID
 		// A running instance adopted is read as Get reads it: Ready from
 		// here needs its proxy to answer too.
-		if err := p.applyServing(ctx, api, in, &inst); err != nil {
+		if err := p.applyServing(ctx, api, in, &inst, read); err != nil {
 			return provider.Instance{}, err
 		}
 		return inst, nil

@@ -3,6 +3,8 @@ package gcp
 import (
 	"context"
 	"errors"
+	"net/netip"
+	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"github.com/go-logr/logr"
@@ -37,6 +39,7 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 		return provider.Instance{}, err
 	}
 	in, err := api.GetInstance(ctx, zone, name)
+	read := p.now() // when in was read: an external address's egress is confirmed then
 	if err != nil {
 		err = classify(err, call{what: "reading instance " + id, target: p.instanceTarget(zone, name)})
 		if errors.Is(err, provider.ErrNotFound) && st.Running {
@@ -65,20 +68,22 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 		// instance is still being created, whatever its status says.
 		inst.State, inst.IP, inst.Progress = provider.StateProvisioning, "", st.Progress
 	}
-	if err := p.applyServing(ctx, api, in, &inst); err != nil {
+	if err := p.applyServing(ctx, api, in, &inst, read); err != nil {
 		return provider.Instance{}, err
 	}
 	logr.FromContextOrDiscard(ctx).V(2).Info("gcp instance", "status", in.GetStatus(), "ip", inst.IP,
 		"internalIP", address(in, AddressInternal), "externalIP", address(in, AddressExternal),
-		"serving", inst.Serving, "servingDetail", inst.ServingDetail)
+		"serving", inst.Serving, "servingDetail", inst.ServingDetail,
+		"egressIP", inst.Egress.IP, "egressSource", inst.Egress.Source, "egressError", inst.Egress.Error)
 	return inst, nil
 }
 
-// applyServing sets inst's serving signal when it runs with its address
-// (the only state Ready reads it in); otherwise the memo goes. A failed
-// read is the caller's error, with its class: a Transient one keeps a
-// serving Proxy Ready as it is until the next read tells.
-func (p *Provider) applyServing(ctx context.Context, api computeAPI, in *computepb.Instance, inst *provider.Instance) error {
+// applyServing sets inst's serving signal and egress address when it runs
+// with its address (the only state Ready reads them in); otherwise the
+// memo goes. read is when in was read. A failed read of the report is the
+// caller's error, with its class: a Transient one keeps a serving Proxy
+// Ready as it is until the next read tells.
+func (p *Provider) applyServing(ctx context.Context, api computeAPI, in *computepb.Instance, inst *provider.Instance, read time.Time) error {
 	if inst.State != provider.StateRunning {
 		p.forgetServing(inst.ID)
 		return nil
@@ -88,7 +93,32 @@ func (p *Provider) applyServing(ctx context.Context, api computeAPI, in *compute
 		return err
 	}
 	s.Apply(inst)
+	p.applyBackendEgress(inst, read)
 	return nil
+}
+
+// applyBackendEgress sets the egress address GCE itself knows, in external
+// mode: everything the VM sends to the internet leaves from its external
+// NAT IP (inst.IP, Running), confirmed by the read at read. It wins over
+// the guest's echo (set by Apply before it), which through the same VM
+// sees the same address; an echo that saw another is kept as a note. In
+// internal mode the egress goes through Cloud NAT or a chain the provider
+// cannot see: the echo's answer, if any, is all there is.
+func (p *Provider) applyBackendEgress(inst *provider.Instance, read time.Time) {
+	if p.cfg.AddressMode != AddressExternal || inst.State != provider.StateRunning {
+		return
+	}
+	nat, err := netip.ParseAddr(inst.IP)
+	if err != nil {
+		return // GCE's natIP always parses; anything else makes no claim
+	}
+	e := provider.Egress{IP: nat.Unmap().String(), Source: provider.EgressFromBackend, Confirmed: read}
+	if echo := inst.Egress; echo.Source == provider.EgressFromEcho && echo.IP != "" {
+		if a, err := netip.ParseAddr(echo.IP); err != nil || a.Unmap() != nat.Unmap() {
+			e.Error = "the echo saw " + echo.IP + ": a destination behind a NAT of its own may see another address"
+		}
+	}
+	inst.Egress = e
 }
 
 // describe is the instance in, with its state and, while it runs, its

@@ -7,7 +7,10 @@ import (
 
 // Profile is the gcp provider's profile on the contract's axes and the
 // compared rows (docs/providers.md is generated from it: make
-// providers-doc).
+// providers-doc). The external NAT IP of ip-source is also the egress
+// address Get reports (applyBackendEgress); its note says so once the
+// egress-ip axis comes, as a changed note needs docs/providers.md
+// generated again, outside this package.
 func Profile() profile.Profile {
 	return profile.Profile{
 		Readiness:          profile.Is(profile.ReadinessProvisioningWindow).Note("the VM boots and cloud-init installs Squid: tens of seconds to minutes"),
