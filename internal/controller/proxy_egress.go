@@ -46,8 +46,15 @@ func applyEgress(st *egressv1.ProxyStatus, inst provider.Instance, generation in
 			obs.LastConfirmed = prev.LastConfirmed
 		}
 		st.EgressIP, st.Egress = e.IP, obs
-		if e.Error == "" {
-			cond(metav1.ConditionTrue, egressv1.EgressReasonConfirmed, fmt.Sprintf("destinations see %s (%s)", e.IP, describeSource(e.Source)))
+		msg := fmt.Sprintf("destinations see %s (%s)", e.IP, describeSource(e.Source))
+		switch {
+		case e.Error == "":
+			cond(metav1.ConditionTrue, egressv1.EgressReasonConfirmed, msg)
+			return
+		case e.Source == provider.EgressFromBackend:
+			// The backend's address stands; its note (an echo that saw
+			// another) is for the reader.
+			cond(metav1.ConditionTrue, egressv1.EgressReasonConfirmed, msg+"; "+e.Error)
 			return
 		}
 		cond(metav1.ConditionFalse, egressv1.EgressReasonEchoFailing,

@@ -158,6 +158,8 @@ type Egress struct {
 	Confirmed time.Time
 	// Error, when set, is why the source's last answer failed, in a few
 	// words and without a secret; IP then is the last confirmed address.
+	// From the backend source it is a note beside an address that stands
+	// (an echo that saw another).
 	Error string
 }
 
