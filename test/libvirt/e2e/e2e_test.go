@@ -21,9 +21,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,6 +48,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/operator"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/libvirt"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
@@ -185,7 +188,11 @@ func TestProxyEndToEnd(t *testing.T) {
 	env := startControlPlane(t)
 	ctx := context.Background()
 	imageURL, downloads := libvirthost.ImageServer(t, guest)
-	block := h.ProviderConfig(h.Socket, imageURL, guest)
+	// The entry's egress-IP echo, on the namespace's loopback: the guest
+	// asks it through its Squid at the slirp host's address.
+	echo := startEcho(t)
+	block := withEgressIPEcho(t, h.ProviderConfig(h.Socket, imageURL, guest),
+		fmt.Sprintf("http://%s/ip?format=text", net.JoinHostPort(libvirthost.SlirpHost, fmt.Sprint(echo.port))))
 
 	dir := t.TempDir()
 	configPath := filepath.Join(dir, "providers.yaml")
@@ -292,6 +299,12 @@ func TestProxyEndToEnd(t *testing.T) {
 		return libvirthost.GetBody(proxyClient, target, originBody)
 	})
 	t.Logf("GET %s through the guest's Squid (127.0.0.1:%d forwards to the guest's :%d) as %s: 200 %q", target, fwd, squidPort, user, originBody)
+
+	// status.egressIP is what the echo saw, asked by the guest's reporter
+	// through its own Squid.
+	px = waitEgressIP(t, env, key, px.Status.ProviderID, echo)
+	t.Logf("TIMING apply->status.egressIP %.0fs: %s (source %s, confirmed %s, on %s); the echo saw %v",
+		time.Since(applied).Seconds(), px.Status.EgressIP, px.Status.Egress.Source, px.Status.Egress.LastConfirmed, px.Status.Egress.ProviderID, echo.seen())
 	hitsBefore := hits.Load()
 	for what, c := range map[string]*http.Client{
 		"no credentials":     libvirthost.ProxyClient(fwd),
@@ -329,7 +342,7 @@ func TestProxyEndToEnd(t *testing.T) {
 	}
 	t.Logf("GET %s from %s (outside allowedSourceRanges): %s, ERR_ACCESS_DENIED, the origin not reached", refused, agent, strings.TrimSpace(status))
 
-	px, dom = servingSignal(t, env, op, rec, l, configPath, block, key, px, dom)
+	px, dom = servingSignal(t, env, op, rec, l, configPath, block, key, px, dom, echo)
 
 	switchType(t, env, op, rec, l, configPath, block, key, px, dom)
 
@@ -508,4 +521,99 @@ func randHex(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// echoServer is the entry's egress-IP echo: it answers each GET with the
+// caller's address as text, and keeps what it saw.
+type echoServer struct {
+	port int
+	mu   sync.Mutex
+	reqs []echoRequest
+}
+
+type echoRequest struct {
+	from, path, userAgent string
+	// forwarded holds the headers that would tell the echo about the
+	// proxy's clients; the proxies remove them.
+	forwarded []string
+}
+
+func startEcho(t *testing.T) *echoServer {
+	t.Helper()
+	e := &echoServer{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		req := echoRequest{from: host, path: r.URL.RequestURI(), userAgent: r.UserAgent()}
+		for _, h := range egress.HiddenRequestHeaders {
+			if v := r.Header.Get(h); v != "" {
+				req.forwarded = append(req.forwarded, h+": "+v)
+			}
+		}
+		e.mu.Lock()
+		e.reqs = append(e.reqs, req)
+		e.mu.Unlock()
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintln(w, host)
+	}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	e.port = ln.Addr().(*net.TCPAddr).Port
+	return e
+}
+
+func (e *echoServer) seen() []echoRequest {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.reqs)
+}
+
+// withEgressIPEcho is the provider block with egressIPEcho set.
+func withEgressIPEcho(t *testing.T, block []byte, url string) []byte {
+	t.Helper()
+	var cfg map[string]any
+	if err := json.Unmarshal(block, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["egressIPEcho"] = url
+	out, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// waitEgressIP waits until the Proxy shows an egress address confirmed on
+// instance id, and checks it is the address the echo saw, asked for the
+// entry's path by the reporter, with nothing about the clients.
+func waitEgressIP(t *testing.T, env *testenv.Env, key client.ObjectKey, id string, echo *echoServer) *egressv1.Proxy {
+	t.Helper()
+	px := &egressv1.Proxy{}
+	testenv.EventuallyNilWithin(t, 3*time.Minute, "status.egressIP confirmed on "+id, func() error {
+		if err := env.Client.Get(context.Background(), key, px); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionEgressIPObserved)
+		if px.Status.Egress == nil || px.Status.Egress.ProviderID != id || c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("egressIP %q, egress %+v, condition %+v", px.Status.EgressIP, px.Status.Egress, c)
+		}
+		return nil
+	})
+	reqs := echo.seen()
+	if len(reqs) == 0 {
+		t.Fatalf("status.egressIP %s, but the echo was never asked", px.Status.EgressIP)
+	}
+	for _, r := range reqs {
+		if r.from != px.Status.EgressIP || r.path != "/ip?format=text" || r.userAgent != "egress-proxies-operator" || len(r.forwarded) > 0 {
+			t.Fatalf("status.egressIP %s (source %s), the echo saw %+v", px.Status.EgressIP, px.Status.Egress.Source, r)
+		}
+	}
+	if px.Status.Egress.Source != string(provider.EgressFromEcho) {
+		t.Fatalf("status.egress.source %s, want %s", px.Status.Egress.Source, provider.EgressFromEcho)
+	}
+	return px
 }

@@ -49,7 +49,7 @@ runcmd:
 // whose user-data fails shows cloud-init's error line. It returns the
 // Proxy and its domain after the autoheal.
 func servingSignal(t *testing.T, env *testenv.Env, op *operator.Operator, rec *calls, l *libvirtrpc.Libvirt, configPath string, block []byte,
-	key client.ObjectKey, px *egressv1.Proxy, dom libvirtrpc.Domain) (*egressv1.Proxy, libvirtrpc.Domain) {
+	key client.ObjectKey, px *egressv1.Proxy, dom libvirtrpc.Domain, echo *echoServer) (*egressv1.Proxy, libvirtrpc.Domain) {
 	t.Helper()
 	ctx := context.Background()
 
@@ -108,6 +108,10 @@ func servingSignal(t *testing.T, env *testenv.Env, op *operator.Operator, rec *c
 	if !hasEvent(t, env, key, controller.ReasonAutohealing) {
 		t.Errorf("no %s event for %s", controller.ReasonAutohealing, key)
 	}
+	// The new instance's own egress address, as its echo saw it; the old
+	// instance's is not carried over.
+	healed = waitEgressIP(t, env, key, healed.Status.ProviderID, echo)
+	t.Logf("TIMING squid stopped->status.egressIP on the new instance %.1fs: %s", time.Since(stopped).Seconds(), healed.Status.EgressIP)
 	newDom, err := l.DomainLookupByName(healed.Status.InstanceName)
 	if err != nil {
 		t.Fatalf("the new domain: %v", err)
