@@ -50,7 +50,9 @@ type Params struct {
 	// ServingProbe makes Squid answer the guest's serving reporter
 	// (servingreport): a request from the VM's own loopback for
 	// servingreport.ProbeHost is refused by Squid itself, before any
-	// rule that resolves or connects, and is not logged.
+	// rule that resolves or connects, and is not logged. With an echo in
+	// Destinations (egress.Policy.Echo), the reporter's GET of exactly that
+	// URL from 127.0.0.1 is let through past the policy, and logged.
 	ServingProbe bool
 	// EffectiveUser is written as cache_effective_user when set. Squid
 	// started as a non-root user stays that user, so a Pod leaves it empty;
@@ -162,12 +164,22 @@ func Config(sp Params) string {
 		w("acl %s annotate_transaction rule=%s", decidedACL(ruleServingProbe), ruleServingProbe)
 		w("acl serving_probe note rule %s", ruleServingProbe)
 	}
+	echo := dest.Echo()
+	if sp.ServingProbe && !echo.IsZero() {
+		writeEchoACLs(w, echo)
+	}
 	w("")
 	if sp.ServingProbe {
 		// The reporter's question is answered here, before the clients'
 		// rule (loopback may not be an admitted client) and before any
 		// rule that would resolve the name.
 		w("http_access deny serving_probe_client serving_probe_host %s", decidedACL(ruleServingProbe))
+		if !echo.IsZero() {
+			// The reporter's ask of the echo, past the policy (which
+			// usually refuses the echo's address) and the clients' rule;
+			// nothing on the line resolves a name.
+			w("http_access allow serving_probe_client %s", echoACLs)
+		}
 	}
 	// Clients first: a client that may not use the proxy makes it resolve
 	// nothing.
@@ -250,6 +262,52 @@ func Config(sp Params) string {
 // ruleServingProbe is the access log's rule for the reporter's question
 // (never written: the line is not logged).
 const ruleServingProbe = "serving-probe"
+
+// ruleEgressEcho is the access log's rule for the reporter's ask of the
+// entry's egress-IP echo: real egress, so it is logged.
+const ruleEgressEcho = "egress-echo"
+
+// echoACLs are the terms after serving_probe_client on the echo's allow
+// line, the cheap ones first, its annotation last.
+var echoACLs = "egress_echo_method egress_echo_proto egress_echo_port egress_echo_path egress_echo_host " + decidedACL(ruleEgressEcho)
+
+// writeEchoACLs writes the ACLs of the one request the reporter sends the
+// echo (servingreport): GET http://<host:port><path>, nothing else on that
+// host, and never by a name lookup (-n: an address host must be written as
+// that address, a name is matched as written). Squid matches the path
+// %-decoded, so another spelling of the same path (/%69p for /ip) passes
+// too: still only to the echo's host and port, from 127.0.0.1.
+func writeEchoACLs(w func(string, ...any), e egress.Echo) {
+	w("# The entry's egress-IP echo (egressIPEcho), asked by the serving reporter:")
+	w("# only a GET of exactly this URL, from 127.0.0.1.")
+	w("acl egress_echo_method method GET")
+	w("acl egress_echo_proto proto HTTP")
+	w("acl egress_echo_port port %d", e.Port)
+	w("acl egress_echo_path urlpath_regex ^%s$", ereLiteral(e.Path))
+	if e.Addr.IsValid() {
+		w("acl egress_echo_host dst -n %s", netip.PrefixFrom(e.Addr, e.Addr.BitLen()))
+	} else {
+		// As Squid keeps the request's host: lower case, no trailing dot.
+		w("acl egress_echo_host dstdomain -n %s", strings.TrimSuffix(strings.ToLower(e.Host), "."))
+	}
+	w("acl %s annotate_transaction decision=%s rule=%s", decidedACL(ruleEgressEcho), egress.DecisionAllowed, ruleEgressEcho)
+}
+
+// ereLiteral writes s as a POSIX extended regular expression that matches
+// s itself: a backslash before each ERE special character, which POSIX
+// defines as that character ("]" and "}" are not special outside a bracket
+// expression). Squid reads an unquoted regex token as written; egress.ParseEcho
+// admits none of what its config parser would read (space, quote, #, $).
+func ereLiteral(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`.[\()*+?{|^$`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
 
 // allow is one http_access allow line: its ACLs and the access log's rule
 // for what it lets through.

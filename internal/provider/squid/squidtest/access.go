@@ -24,12 +24,38 @@ type Request struct {
 	// Authenticated: the request carries a user and password the
 	// configured helper accepts.
 	Authenticated bool
+	// Method is a plain request's method; empty is GET (a CONNECT is
+	// Connect).
+	Method string
+	// Path is a plain request's path and query as Squid matches them
+	// (percent-decoded); empty is "/".
+	Path string
+}
+
+// method is the request's method as Squid's method ACL reads it.
+func (r Request) method() string {
+	switch {
+	case r.Connect:
+		return "CONNECT"
+	case r.Method == "":
+		return "GET"
+	}
+	return r.Method
+}
+
+// path is the request's path and query as urlpath_regex reads them.
+func (r Request) path() string {
+	if r.Path == "" {
+		return "/"
+	}
+	return r.Path
 }
 
 // Access is a model of how Squid 5 evaluates the http_access rules of a
-// generated squid.conf, for the ACL types the generator writes (src, dst,
-// port, proto, dstdomain and dstdom_regex with -n, proxy_auth REQUIRED,
-// annotate_transaction, and the predefined all, CONNECT and manager). It is checked
+// generated squid.conf, for the ACL types the generator writes (src, dst
+// with or without -n, port, proto, method, urlpath_regex, dstdomain and
+// dstdom_regex with -n, proxy_auth REQUIRED, annotate_transaction, and the
+// predefined all, CONNECT and manager). It is checked
 // against the real Squid on the differential test's corpus (test/policy),
 // and lets a fuzzer compare the generated rules with the Go policy on
 // inputs no corpus lists.
@@ -39,13 +65,16 @@ type Access struct {
 }
 
 type acl struct {
-	kind    string
-	ranges  []netip.Prefix
-	all     bool
-	ports   [][2]uint16
-	protos  []string
-	domains []string
-	regexps []*regexp.Regexp
+	kind   string
+	ranges []netip.Prefix
+	all    bool
+	// noLookup (dst -n): only an address written as the host matches.
+	noLookup bool
+	methods  []string
+	ports    [][2]uint16
+	protos   []string
+	domains  []string
+	regexps  []*regexp.Regexp
 	// notes an annotate_transaction ACL sets when it is reached.
 	notes map[string]string
 }
@@ -111,6 +140,10 @@ func (a *Access) addACL(name, kind string, values []string) error {
 	for _, v := range values {
 		switch kind {
 		case "src", "dst":
+			if kind == "dst" && v == "-n" {
+				c.noLookup = true
+				continue
+			}
 			// Squid reads 0.0.0.0/0 as "all" ("needs to be replaced by the
 			// term 'all'"), which matches IPv6 addresses too.
 			if v == "all" || v == "0.0.0.0/0" {
@@ -139,6 +172,19 @@ func (a *Access) addACL(name, kind string, values []string) error {
 			c.ports = append(c.ports, [2]uint16{uint16(l), uint16(h)})
 		case "proto":
 			c.protos = append(c.protos, v)
+		case "method":
+			c.methods = append(c.methods, v)
+		case "urlpath_regex":
+			if strings.HasPrefix(v, "-") {
+				return fmt.Errorf("acl %s: flag %s is not modelled", name, v)
+			}
+			// Squid compiles it as a POSIX extended expression, case
+			// sensitive.
+			re, err := regexp.CompilePOSIX(v)
+			if err != nil {
+				return fmt.Errorf("acl %s: %v", name, err)
+			}
+			c.regexps = append(c.regexps, re)
 		case "note", "has":
 			// Read by access_log lines only, which the model leaves out.
 		case "annotate_transaction":
@@ -224,6 +270,11 @@ func (a *Access) match(c *acl, r Request) bool {
 	case "src":
 		return c.all || inRanges(c.ranges, r.Client)
 	case "dst":
+		if c.noLookup {
+			// Squid looks nothing up: a name never matches.
+			addr, err := netip.ParseAddr(strings.Trim(r.Host, "[]"))
+			return err == nil && (c.all || inRanges(c.ranges, addr))
+		}
 		// Any address of the name; a name with none matches nothing, not
 		// even "all" (Squid's lookup failure is a mismatch).
 		return slices.ContainsFunc(r.Addrs, func(addr netip.Addr) bool { return c.all || inRanges(c.ranges, addr) })
@@ -239,6 +290,10 @@ func (a *Access) match(c *acl, r Request) bool {
 			}
 			return host == d
 		})
+	case "method":
+		return slices.Contains(c.methods, r.method())
+	case "urlpath_regex":
+		return !r.Connect && slices.ContainsFunc(c.regexps, func(re *regexp.Regexp) bool { return re.MatchString(r.path()) })
 	case "proxy_auth":
 		return r.Authenticated
 	case "dstdom_regex":
