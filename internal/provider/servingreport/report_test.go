@@ -13,6 +13,8 @@ func TestFormatParseRoundTrip(t *testing.T) {
 		{Serving: true, Checked: time.Unix(1764700000, 0).UTC(), Answered: time.Unix(1764700000, 0).UTC(), Version: "5.7", CloudInit: "done"},
 		{Checked: time.Unix(1764700000, 0).UTC(), CloudInit: "running"},
 		{Checked: time.Unix(1764700010, 0).UTC(), Answered: time.Unix(1764700000, 0).UTC(), CloudInit: "error", CloudInitError: "('scripts-user', RuntimeError('x'))"},
+		{Serving: true, Checked: time.Unix(1764700000, 0).UTC(), EgressIP: "2001:db8::7", EgressConfirmed: time.Unix(1764699990, 0).UTC(),
+			EgressChecked: time.Unix(1764700000, 0).UTC(), EgressError: "the echo answered: HTTP/1.1 503 Service Unavailable"},
 	} {
 		got, err := Parse(Format(r))
 		if err != nil {
@@ -36,6 +38,11 @@ func TestParse(t *testing.T) {
 		{name: "control characters and length are cut from the error line",
 			in:   "serving=no\ncloud_init=error\ncloud_init_error=\x1b[31mbad\x07 " + strings.Repeat("x", 300) + "\n",
 			want: Report{CloudInit: "error", CloudInitError: "[31mbad " + strings.Repeat("x", maxErrorLen-len("[31mbad ")-3) + "..."}},
+		{name: "an echo's answer that is no address is kept out, and said",
+			in:   "serving=yes\negress_ip=<html>\negress_ip_confirmed=10\n",
+			want: Report{Serving: true, EgressConfirmed: time.Unix(10, 0).UTC(), EgressError: `the echo's answer "<html>" is not an address`}},
+		{name: "an IPv4-mapped answer is the IPv4 address", in: "serving=yes\negress_ip=::ffff:203.0.113.7\n",
+			want: Report{Serving: true, EgressIP: "203.0.113.7"}},
 		{name: "no serving line", in: "v=1\nchecked=10\n", err: "no serving= line"},
 		{name: "empty", in: "", err: "no serving= line"},
 		{name: "another version", in: "v=2\nserving=yes\n", err: `report version "2"`},
