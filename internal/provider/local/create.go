@@ -58,13 +58,13 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.Cre
 			// The request is the source of truth for who may connect.
 			in.srv.setACL(a)
 			log.V(2).Info("adopted running instance", "ip", in.ip.String(), "allowedSourceRanges", a.String())
-			return in.view(), "adopted", nil
+			return p.view(in), "adopted", nil
 		}
 		// Recorded but not serving: like a stopped VM, adopting starts it.
 		if err := p.start(ctx, log, in, req.Port, a); err != nil {
 			return provider.Instance{}, "", err
 		}
-		return in.view(), "adopted and started", nil
+		return p.view(in), "adopted and started", nil
 	}
 	in := &instance{
 		name:      req.Name,
@@ -75,7 +75,7 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.Cre
 		return provider.Instance{}, "", err
 	}
 	p.instances[req.Name] = in
-	return in.view(), "created", nil
+	return p.view(in), "created", nil
 }
 
 // validateRequest checks what no retry can fix, naming every bad entry.

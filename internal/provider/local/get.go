@@ -7,7 +7,8 @@ import (
 )
 
 // Get reads the instance with this ID: Running with its IP while the
-// listener serves, Stopped when the record has no listener. An unknown ID,
+// listener serves (with the egress address the entry's echo last answered:
+// echo.go), Stopped when the record has no listener. An unknown ID,
 // or an instance that lost our mark, is NotFound.
 func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error) {
 	return p.get(ctx, id)
@@ -30,5 +31,5 @@ func (p *Provider) get(ctx context.Context, id string) (provider.Instance, error
 	if !ok || !p.ours(in.marks) {
 		return provider.Instance{}, provider.Errorf(provider.ErrNotFound, "instance %q not found", name)
 	}
-	return in.view(), nil
+	return p.view(in), nil
 }

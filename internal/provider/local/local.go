@@ -51,6 +51,9 @@ type Provider struct {
 	policy *egress.Policy
 	// upstream's lookup and dial are test seams, nil in production.
 	upstream upstream
+	// echo observes the egress address when the entry names an
+	// egressIPEcho; nil when it names none.
+	echo *echoWatch
 
 	// fault is a test seam consulted at the start of every operation: a
 	// non-nil error fails the call (see conformance_test.go). Nil in
@@ -101,7 +104,7 @@ func New(name string, cfg Config, opts provider.Options) (*Provider, error) {
 		return nil, provider.Wrap(name, "new", provider.ErrPermanent, errs.ToAggregate())
 	}
 	cidr := netip.MustParsePrefix(cfg.BindCIDR) // Validate proved it parses
-	return &Provider{
+	p := &Provider{
 		name:      name,
 		opts:      opts,
 		cidr:      cidr,
@@ -109,12 +112,17 @@ func New(name string, cfg Config, opts provider.Options) (*Provider, error) {
 		policy:    cfg.Settings.Policy(),
 		instances: map[string]*instance{},
 		bound:     map[netip.Addr]*instance{},
-	}, nil
+	}
+	if e := p.policy.Echo(); !e.IsZero() {
+		p.echo = newEchoWatch(e)
+	}
+	return p, nil
 }
 
-// Close shuts every listener and ends every connection, then waits for the
-// handlers to return. The operator calls it at shutdown; later calls of any
-// method fail with a Transient error.
+// Close shuts every listener and ends every connection and the echo's
+// ask, then waits for the handlers and the echo's goroutine to return. The
+// operator calls it at shutdown; later calls of any method fail with a
+// Transient error.
 func (p *Provider) Close() error {
 	p.mu.Lock()
 	p.closed = true
@@ -124,6 +132,11 @@ func (p *Provider) Close() error {
 		}
 	}
 	p.mu.Unlock()
+	// No echo goroutine starts once closed is set (observe runs under p.mu
+	// after the closed check).
+	if p.echo != nil {
+		p.echo.stop()
+	}
 	// No server is added once closed is set (start checks it under p.mu), so
 	// this Wait cannot race an Add.
 	p.servers.Wait()
@@ -165,6 +178,17 @@ func (p *Provider) begin(ctx context.Context, op string) error {
 // ours says whether marks are this installation's managed mark.
 func (p *Provider) ours(m provider.Marks) bool {
 	return m.Managed && m.Installation == p.opts.InstallationID
+}
+
+// view is in.view with the egress address of a Running instance, the
+// provider's echo observation (echo.go); the caller holds p.mu and has seen
+// p.closed false.
+func (p *Provider) view(in *instance) provider.Instance {
+	v := in.view()
+	if p.echo != nil && v.State == provider.StateRunning {
+		v.Egress = p.echo.observe()
+	}
+	return v
 }
 
 // view is the contract's picture of in; the caller holds p.mu.

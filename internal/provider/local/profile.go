@@ -12,7 +12,7 @@ func Profile() profile.Profile {
 	return profile.Profile{
 		Readiness:          profile.Is(profile.ReadinessImmediate).Note("serves as soon as its listener is open"),
 		ServingSignal:      profile.Is(profile.ServingListener).Note("its own listener: Running while it accepts"),
-		EgressIP:           profile.Is(profile.EgressIPNone).Note("not observed yet: the operator's host egresses for it"),
+		EgressIP:           profile.Is(profile.EgressIPEcho).Note("the entry's `egressIPEcho`, asked from the operator's host (its proxies dial from there) once a minute, one answer for every instance; none without it"),
 		CreateReturn:       profile.Is(profile.CreateReturnBlocking).Note("returns Running: it only opens a listener, well within `CallBound`"),
 		DeleteReturn:       profile.Is(profile.DeleteReturnWaits).Note("the listener is closed and its connections ended before Delete returns"),
 		IPSource:           profile.Is(profile.IPSourceAssignedAtCreate).Note("the next free address of `bindCIDR` (inside 127.0.0.0/8)"),
