@@ -2,12 +2,16 @@ package kubernetes
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
@@ -72,6 +76,14 @@ type Config struct {
 	// deny them as destinations like the private ranges (which usually hold
 	// them already), so a cluster on other addresses is covered too.
 	ClusterCIDRs []string `json:"clusterCIDRs,omitempty"`
+	// PodLabels and PodAnnotations are added to every proxy Pod of the
+	// entry (not to its Service, ConfigMap, NetworkPolicy or Secret), so
+	// a CNI egress gateway policy can select the proxies. They can never
+	// hold a key the provider sets itself (reservedPodLabels,
+	// reservedPodAnnotations). Like image, they are read when a Pod is
+	// made: a change reaches new Pods, not running ones.
+	PodLabels      map[string]string `json:"podLabels,omitempty"`
+	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
 	// Settings are the destination policy's keys, allowedDestinations and
 	// connectPorts, beside the type's own.
 	egress.Settings
@@ -107,6 +119,8 @@ func (c *Config) Default() {
 	if c.ClientBurst == 0 {
 		c.ClientBurst = DefaultClientBurst
 	}
+	// PodLabels and PodAnnotations have no default: without them the Pod
+	// carries the provider's own labels and annotation only.
 }
 
 // Validate checks a defaulted config; every error names its field under path.
@@ -137,6 +151,8 @@ func (c *Config) Validate(path *field.Path) field.ErrorList {
 	_, rangeErrs := egress.ParseRanges(c.ClusterCIDRs, path.Child("clusterCIDRs"))
 	errs = append(errs, rangeErrs...)
 	errs = append(errs, c.Settings.Validate(path)...)
+	errs = append(errs, validatePodLabels(c.PodLabels, path.Child("podLabels"))...)
+	errs = append(errs, validatePodAnnotations(c.PodAnnotations, path.Child("podAnnotations"))...)
 	names := make([]string, 0, len(c.MachineTypes))
 	for n := range c.MachineTypes {
 		names = append(names, n)
@@ -150,6 +166,104 @@ func (c *Config) Validate(path *field.Path) field.ErrorList {
 		errs = append(errs, c.MachineTypes[n].validate(p, true)...)
 	}
 	return errs
+}
+
+// reservedPodLabels are the label keys the provider sets on a Pod, each
+// with why an entry may not set it. Every key meta gives an object is here
+// (TestReservedKeysCoverMeta), so a new one cannot be forgotten.
+var reservedPodLabels = map[string]string{
+	labelInstance: "the provider sets it to the instance name, and with " + provider.MarkManaged +
+		" it is what the instance's Service and NetworkPolicy select: a value of the entry's would change which Pods they select",
+	provider.MarkManaged: "the operator's managed mark, which the instance's Service and NetworkPolicy select and " +
+		"adoption, listing and garbage collection read",
+	provider.MarkUID:          "the operator's mark naming the owning Proxy, which adoption and the Proxy's deletion read",
+	provider.MarkInstallation: "the operator's mark naming the installation, which listing and garbage collection select",
+	labelName:                 "the provider sets it to " + labelNameValue + " on every object of an instance",
+	labelManagedBy:            "the provider sets it to " + managedByValue + " on every object of an instance",
+}
+
+// reservedPodAnnotations are the annotation keys the provider sets on a Pod.
+var reservedPodAnnotations = map[string]string{
+	annotationProxy: "the provider sets it to the Proxy the Pod serves (<namespace>/<name>)",
+}
+
+// Prefixes kept for the operator's own keys, present and future: the
+// marks are proxy-operator-*, the operator's annotations live under its
+// domain.
+var reservedKeyPrefixes = []string{"proxy-operator-", operatorDomain + "/"}
+
+const operatorDomain = "egress.proxy-operator.dev"
+
+// reservedKey says why key is not the entry's to set, or "" when it is.
+// Compared in lower case: the API server takes annotation keys in any case.
+func reservedKey(key string, reserved map[string]string) string {
+	key = strings.ToLower(key)
+	if why, ok := reserved[key]; ok {
+		return why
+	}
+	for _, pfx := range reservedKeyPrefixes {
+		if strings.HasPrefix(key, pfx) {
+			return fmt.Sprintf("keys starting with %q are kept for the operator's own marks and annotations", pfx)
+		}
+	}
+	return ""
+}
+
+// podAnnotationRoom is what the entry's annotations may take of the API
+// server's limit on a Pod's annotations: the provider's own annotation
+// (its key and a value of up to a namespace, a slash and a Proxy name)
+// is added to them.
+const podAnnotationRoom = apivalidation.TotalAnnotationSizeLimitB -
+	(len(annotationProxy) + validation.DNS1123LabelMaxLength + 1 + validation.DNS1123SubdomainMaxLength)
+
+// validatePodLabels checks podLabels as the API server checks a Pod's
+// labels (metav1validation.ValidateLabels), naming each key in the path.
+func validatePodLabels(labels map[string]string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, k := range sortedKeys(labels) {
+		p := path.Key(k)
+		for _, msg := range validation.IsQualifiedName(k) {
+			errs = append(errs, field.Invalid(p, k, "the key: "+msg))
+		}
+		for _, msg := range validation.IsValidLabelValue(labels[k]) {
+			errs = append(errs, field.Invalid(p, labels[k], msg))
+		}
+		if why := reservedKey(k, reservedPodLabels); why != "" {
+			errs = append(errs, field.Forbidden(p, "reserved: "+why))
+		}
+	}
+	return errs
+}
+
+// validatePodAnnotations checks podAnnotations as the API server checks a
+// Pod's annotations (apivalidation.ValidateAnnotations: qualified-name
+// keys in any case, a total size), naming each key in the path.
+func validatePodAnnotations(annotations map[string]string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	size := 0
+	for _, k := range sortedKeys(annotations) {
+		p := path.Key(k)
+		size += len(k) + len(annotations[k])
+		for _, msg := range validation.IsQualifiedName(strings.ToLower(k)) {
+			errs = append(errs, field.Invalid(p, k, "the key: "+msg))
+		}
+		if why := reservedKey(k, reservedPodAnnotations); why != "" {
+			errs = append(errs, field.Forbidden(p, "reserved: "+why))
+		}
+	}
+	if size > podAnnotationRoom {
+		errs = append(errs, field.TooLong(path, fmt.Sprintf("%d bytes of keys and values", size), podAnnotationRoom))
+	}
+	return errs
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func (m MachineType) validate(path *field.Path, required bool) field.ErrorList {

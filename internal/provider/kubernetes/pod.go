@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -150,6 +151,28 @@ func (p *Provider) meta(s spec) metav1.ObjectMeta {
 	return m
 }
 
+// podMeta is meta with the entry's podLabels and podAnnotations added, on
+// the Pod only: they are for a CNI's egress policy, which selects Pods.
+// Validation refused the provider's own keys; the provider's values are
+// applied last anyway, so the Service's and NetworkPolicy's selectors and
+// the marks can never take the entry's value.
+func (p *Provider) podMeta(s spec) metav1.ObjectMeta {
+	m := p.meta(s)
+	m.Labels = withOurs(p.cfg.PodLabels, m.Labels)
+	m.Annotations = withOurs(p.cfg.PodAnnotations, m.Annotations)
+	return m
+}
+
+// withOurs is extra with ours over it; nil when both are empty.
+func withOurs(extra, ours map[string]string) map[string]string {
+	if len(extra) == 0 {
+		return ours
+	}
+	out := maps.Clone(extra)
+	maps.Copy(out, ours)
+	return out
+}
+
 // ownerRef makes the Proxy the controller of the objects, so that deleting
 // the Proxy with its finalizer bypassed still removes them. Kubernetes has
 // no cross-namespace owners (the garbage collector would treat the owner as
@@ -219,7 +242,7 @@ func (p *Provider) buildPod(s spec) *corev1.Pod {
 		mounts = append(mounts, corev1.VolumeMount{Name: v.name, MountPath: v.path})
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: p.meta(s),
+		ObjectMeta: p.podMeta(s),
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyAlways,
 			// Squid needs no API access and no other Services' addresses.

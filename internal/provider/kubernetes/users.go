@@ -110,7 +110,7 @@ func (p *Provider) updateUsers(ctx context.Context, id string, users provider.Se
 }
 
 // remakeSecret makes the users' Secret of the Pod ns/name again, with the
-// Pod's marks, labels and owner.
+// Pod's marks, the provider's labels and annotation, and its owner.
 func (p *Provider) remakeSecret(ctx context.Context, c clientset.Interface, ns, name string, users provider.Sensitive) (string, error) {
 	id := instanceID(ns, name)
 	pod, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
@@ -120,9 +120,14 @@ func (p *Provider) remakeSecret(ctx context.Context, c clientset.Interface, ns, 
 	if err != nil {
 		return "", classify(err, "reading pod "+id)
 	}
+	// The provider's own labels and annotation only: the entry's
+	// podLabels and podAnnotations, and whatever else the Pod gathered,
+	// are the Pod's, not its Secret's.
 	sec := usersSecret(metav1.ObjectMeta{
 		Name: name, Namespace: ns,
-		Labels: pod.Labels, Annotations: pod.Annotations, OwnerReferences: pod.OwnerReferences,
+		Labels:          onlyKeys(pod.Labels, reservedPodLabels),
+		Annotations:     onlyKeys(pod.Annotations, reservedPodAnnotations),
+		OwnerReferences: pod.OwnerReferences,
 	}, users)
 	if _, err := c.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
 		// AlreadyExists: a concurrent call made it; the next pass compares.
@@ -130,6 +135,20 @@ func (p *Provider) remakeSecret(ctx context.Context, c clientset.Interface, ns, 
 	}
 	p.logger(ctx).V(1).Info("the users' secret was gone; made again", "id", id)
 	return "created", nil
+}
+
+// onlyKeys is m restricted to the keys of keep; nil when none is there.
+func onlyKeys(m, keep map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range m {
+		if _, ok := keep[k]; ok {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // writeUsers gives sec the users unless it has them. The patch carries the

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -84,7 +85,9 @@ func TestUsersSecretLifecycle(t *testing.T) {
 	const sentinel = "SENTINELpw"
 	cs := adminClient(t)
 	ns := newNamespace(t, "users", nil)
-	raw := newAPIProvider(t, "users-test", Config{Namespace: ns}, nil)
+	// The entry's Pod metadata is the Pod's: a remade Secret must not take it.
+	raw := newAPIProvider(t, "users-test", Config{Namespace: ns,
+		PodLabels: map[string]string{"egress.example.com/gateway": "partner-a"}, PodAnnotations: map[string]string{"example.com/owner": "platform"}}, nil)
 	b := boundary(raw)
 	var logs testenv.LogLines
 	ctx := logs.Context(2)
@@ -133,6 +136,7 @@ func TestUsersSecretLifecycle(t *testing.T) {
 	}
 	outcome("unchanged")
 
+	made := secret()
 	if err := cs.CoreV1().Secrets(ns).Delete(ctx, req.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -143,6 +147,10 @@ func TestUsersSecretLifecycle(t *testing.T) {
 	remade := secret()
 	if string(remade.Data[usersKey]) != second || provider.MarksFromLabels(remade.Labels).UID != "uid-u" || len(remade.OwnerReferences) != len(pod.OwnerReferences) {
 		t.Errorf("remade secret %+v: want the file with the Pod's marks and owner", remade.ObjectMeta)
+	}
+	if !maps.Equal(remade.Labels, made.Labels) || !maps.Equal(remade.Annotations, made.Annotations) {
+		t.Errorf("remade secret labels %v annotations %v, want the first one's %v and %v (the Pod's own metadata stays the Pod's)",
+			remade.Labels, remade.Annotations, made.Labels, made.Annotations)
 	}
 
 	list, err := b.Secondary.ListSecondary(ctx)
