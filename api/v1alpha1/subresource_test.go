@@ -175,6 +175,7 @@ func TestPrinterColumns(t *testing.T) {
 			{Name: "Ready", Type: "string", JSONPath: `.status.conditions[?(@.type=="Ready")].status`},
 			{Name: "Reason", Type: "string", JSONPath: `.status.conditions[?(@.type=="Ready")].reason`},
 			{Name: "Endpoint", Type: "string", JSONPath: ".status.endpoint"},
+			{Name: "Egress IP", Type: "string", JSONPath: ".status.egressIP"},
 			{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
 		}},
 		{"*_providerhealths.yaml", []apiextensionsv1.CustomResourceColumnDefinition{
@@ -222,7 +223,8 @@ func TestProxyTable(t *testing.T) {
 	if err := env.Client.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	p.Status = v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, Endpoint: "127.0.0.1:40001", Conditions: []metav1.Condition{{
+	p.Status = v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, Endpoint: "127.0.0.1:40001", EgressIP: "203.0.113.7",
+		Egress: &v1alpha1.EgressObservation{Source: "Echo", ProviderID: "i-1"}, Conditions: []metav1.Condition{{
 		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRunning, Message: "serving at 127.0.0.1:40001",
 		LastTransitionTime: metav1.Now()}}}
 	if err := env.Client.Status().Update(ctx, p); err != nil {
@@ -256,7 +258,7 @@ func TestProxyTable(t *testing.T) {
 	for _, c := range table.ColumnDefinitions {
 		names = append(names, c.Name)
 	}
-	if want := []string{"Name", "Provider", "Class", "Phase", "Ready", "Reason", "Endpoint", "Age"}; !slices.Equal(names, want) {
+	if want := []string{"Name", "Provider", "Class", "Phase", "Ready", "Reason", "Endpoint", "Egress IP", "Age"}; !slices.Equal(names, want) {
 		t.Fatalf("columns %v, want %v", names, want)
 	}
 	if len(table.Rows) != 1 {
@@ -264,7 +266,7 @@ func TestProxyTable(t *testing.T) {
 	}
 	cells := table.Rows[0].Cells
 	if cells[0] != "shown" || cells[1] != "local" || cells[2] != "team-a" || cells[3] != "Running" ||
-		cells[4] != "True" || cells[5] != "Running" || cells[6] != "127.0.0.1:40001" {
+		cells[4] != "True" || cells[5] != "Running" || cells[6] != "127.0.0.1:40001" || cells[7] != "203.0.113.7" {
 		t.Fatalf("row %v", cells)
 	}
 }

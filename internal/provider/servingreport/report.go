@@ -83,8 +83,12 @@ func Format(r Report) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "v=1\nserving=%s\nchecked=%s\nanswered=%s\nversion=%s\ncloud_init=%s\ncloud_init_error=%s\n",
 		yesNo(r.Serving), epoch(r.Checked), epoch(r.Answered), r.Version, r.CloudInit, oneLine(r.CloudInitError))
-	fmt.Fprintf(&b, "egress_ip=%s\negress_ip_confirmed=%s\negress_ip_checked=%s\negress_ip_error=%s\n",
-		r.EgressIP, epoch(r.EgressConfirmed), epoch(r.EgressChecked), oneLine(r.EgressError))
+	if r.EgressIP != "" || !r.EgressConfirmed.IsZero() || !r.EgressChecked.IsZero() || r.EgressError != "" {
+		// A report without an echo as a reporter of before it wrote it
+		// (the fakes' captured answers are such reports).
+		fmt.Fprintf(&b, "egress_ip=%s\negress_ip_confirmed=%s\negress_ip_checked=%s\negress_ip_error=%s\n",
+			r.EgressIP, epoch(r.EgressConfirmed), epoch(r.EgressChecked), oneLine(r.EgressError))
+	}
 	return b.String()
 }
 
