@@ -57,8 +57,16 @@ func TestGetServingFromTheGuestReport(t *testing.T) {
 	}
 
 	e.fake.SetGuestReport(150, servingreport.Report{Serving: true, Checked: now, Answered: now, CloudInit: servingreport.CloudInitDone})
-	if in := get("serving"); in.Serving != provider.ServingAnswering || !in.LastAnswered.Equal(now) || in.SetupError != "" {
-		t.Errorf("serving: %s %q, last answered %v", in.Serving, in.ServingDetail, in.LastAnswered)
+	if in := get("serving"); in.Serving != provider.ServingAnswering || !in.LastAnswered.Equal(now) || in.SetupError != "" || in.Egress != (provider.Egress{}) {
+		t.Errorf("serving: %s %q, last answered %v, egress %+v (no echo: none)", in.Serving, in.ServingDetail, in.LastAnswered, in.Egress)
+	}
+
+	// With the entry's echo, the guest's answer is the egress address.
+	e.fake.SetGuestReport(150, servingreport.Report{Serving: true, Checked: now, Answered: now, CloudInit: servingreport.CloudInitDone,
+		EgressIP: "203.0.113.7", EgressConfirmed: now, EgressChecked: now})
+	want := provider.Egress{IP: "203.0.113.7", Source: provider.EgressFromEcho, Confirmed: now}
+	if in := get("serving, with the echo's answer"); in.Egress != want {
+		t.Errorf("egress %+v, want %+v", in.Egress, want)
 	}
 
 	later := now.Add(30 * time.Second)

@@ -358,3 +358,33 @@ func TestCloudConfig_ReporterInBootcmd(t *testing.T) {
 		}
 	}
 }
+
+// TestUserData_EgressEcho: an entry's echo reaches the VM twice, in the
+// reporter's unit (its third argument) and in squid.conf (the reporter's
+// allow line), and the real cloud-init still takes the document.
+func TestUserData_EgressEcho(t *testing.T) {
+	dest := (&egress.Settings{EgressIPEcho: "http://192.0.2.1:8080/ip?format=text"}).Policy()
+	ud, err := UserData(provider.CreateRequest{Port: 3128}, dest, FamilyDebian, servingreport.PublishFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := ud.Reveal()
+	for _, want := range []string{
+		"ExecStart=" + servingreport.ReporterPath + " 3128 file http://192.0.2.1:8080/ip?format=text\n",
+		"http_access allow serving_probe_client egress_echo_method",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the cloud-config lacks %q:\n%s", want, doc)
+		}
+	}
+	if out, err := squidtest.Schema(t, doc); err != nil || !strings.Contains(string(out), "Valid cloud-config") {
+		t.Errorf("cloud-init schema refuses it: %v\n%s", err, out)
+	}
+	ud, err = UserData(provider.CreateRequest{Port: 3128}, egress.Default(), FamilyDebian, servingreport.PublishFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc := ud.Reveal(); strings.Contains(doc, "egress_echo") || strings.Contains(doc, " 3128 file http") {
+		t.Errorf("without an echo the cloud-config mentions one:\n%s", doc)
+	}
+}
