@@ -194,6 +194,61 @@ func unknownZone(zone string) *APIError {
 	return Invalid("zone", zone, "Unknown zone.")
 }
 
+// unknownRegion: 400 invalid "Invalid value for field 'region': 'x'. Unknown
+// region." Source: a gcloud transcript in a public qwiklabs notebook
+// ("Invalid value for field 'region': 'us-west3-b'. Unknown region."), the
+// zone's answer's twin.
+func unknownRegion(region string) *APIError {
+	return Invalid("region", region, "Unknown region.")
+}
+
+// ResourceInUseByAnotherResource: 400 resourceInUseByAnotherResource "The
+// <kind> resource '<r>' is already being used by '<user>'", a delete of
+// something another resource holds. The frame and reason:
+// terraform-google-modules/terraform-google-vm#45 (instance_template,
+// instance_group_manager, health_check), kubernetes/ingress-gce's docs
+// (backendService); the kind "address" in it: a gcloud transcript quoted in
+// public notes ("The address resource is already being used by
+// '//serverless.googleapis.com/...'"). No source quotes an address held by
+// an instance; that message is composed from the frame.
+func ResourceInUseByAnotherResource(kind, resource, user string) *APIError {
+	return &APIError{Code: http.StatusBadRequest, Reason: "resourceInUseByAnotherResource", Domain: "global",
+		Message: fmt.Sprintf("The %s resource '%s' is already being used by '%s'", kind, resource, user)}
+}
+
+// natIPNotFound: 400 invalid for an access config's natIP that is no
+// reserved external address of the instance's region (an ephemeral address,
+// an internal one, one of another region): "Invalid value for field
+// '<field>': '<ip>'. The specified external IP address '<ip>' was not found
+// in region '<r>'." Source: hashicorp/terraform-provider-google#435 (an
+// INTERNAL address's IP as natIP), cycloidio/terracognita#189 and
+// GoogleCloudPlatform/terraformer#662 (an ephemeral IP reused), all on
+// instances.insert with field 'resource.networkInterfaces[0].accessConfigs[0].natIP'.
+// On addAccessConfig the field is 'resource.natIP' (the body is the access
+// config; composed).
+func natIPNotFound(field, ip, region string) *APIError {
+	return Invalid(field, ip, fmt.Sprintf("The specified external IP address '%s' was not found in region '%s'.", ip, region))
+}
+
+// atMostOneAccessConfig: 400 badRequest "At most one access config currently
+// supported.", addAccessConfig on a network interface that has one. Source:
+// terraform-google-modules/terraform-google-vm#111 ("Error adding new
+// access_config: googleapi: Error 400: At most one access config currently
+// supported., badRequest"); OpenStack's gce-api answers the same text.
+func atMostOneAccessConfig() *APIError {
+	return &APIError{Code: http.StatusBadRequest, Reason: "badRequest", Domain: "global",
+		Message: "At most one access config currently supported."}
+}
+
+// badNetworkInterface: 400 invalid for a networkInterface parameter that
+// names no network interface: "Invalid value for field
+// 'networkInterfaceName': 'External NAT'.  Must be a valid network interface
+// name (e.g. nic0, nic1)" (two spaces). Source: hashicorp/terraform#1024 (a
+// deleteAccessConfig with the access config's name in its place).
+func badNetworkInterface(name string) *APIError {
+	return Invalid("networkInterfaceName", name, " Must be a valid network interface name (e.g. nic0, nic1)")
+}
+
 // labelError: 400 invalid for a label key or value, with the ErrorInfo detail
 // newer answers carry. Source: oap-project/cloudtik#14 and hashicorp/boundary#5400
 // (value, on insert: field 'resource.labels'), cloudfoundry-incubator/kubo-deployment#159

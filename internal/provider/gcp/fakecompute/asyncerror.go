@@ -25,6 +25,7 @@ type AsyncError struct {
 	kind        asyncKind
 	metric      string // QuotaExceeded
 	code        string // Custom
+	ip          string // IPInUseByAnotherResource
 	message     string // Custom
 	httpStatus  int32
 	httpMessage string
@@ -39,6 +40,7 @@ const (
 	kindQuota
 	kindImageNotFound
 	kindMachineType
+	kindIPInUse
 	kindCustom
 )
 
@@ -61,12 +63,16 @@ func ZoneResourcePoolExhaustedWithDetails() *AsyncError {
 }
 
 // QuotaExceededAsync: the regional quota metric (CPUS, INSTANCES,
-// IN_USE_ADDRESSES) is used up, "Quota 'CPUS' exceeded.  Limit: 24.0 in region
+// IN_USE_ADDRESSES, STATIC_ADDRESSES) is used up, "Quota 'CPUS' exceeded.  Limit: 24.0 in region
 // us-central1." with a quotaInfo detail, httpErrorStatusCode 403 "FORBIDDEN".
 // Source: kubernetes/k8s.io#6380 (message and quotaInfo: metric name
 // compute.googleapis.com/cpus, limit name CPUS-per-project-region, dimensions
 // region), GoogleCloudPlatform/ai-on-gke#849 (HttpErrorStatusCode:403
-// HttpErrorMessage:FORBIDDEN on the insert operation).
+// HttpErrorMessage:FORBIDDEN on the insert operation). For STATIC_ADDRESSES
+// on addresses.insert: "Quota 'STATIC_ADDRESSES' exceeded.  Limit: 1.0 in
+// region us-east1." (mesosphere-backup/terraform-dcos#61, as Terraform
+// printed the operation's error), code QUOTA_EXCEEDED (kubeflow/testing#616,
+// "ResourceErrorCode":"QUOTA_EXCEEDED" for STATIC_ADDRESSES).
 func QuotaExceededAsync(metric string) *AsyncError {
 	return &AsyncError{kind: kindQuota, metric: metric, httpStatus: http.StatusForbidden, httpMessage: "FORBIDDEN"}
 }
@@ -88,6 +94,25 @@ func ImageNotFound() *AsyncError {
 // (gruntwork-io/terratest#1132); this is the asynchronous form.
 func InvalidMachineType() *AsyncError {
 	return &AsyncError{kind: kindMachineType, httpStatus: http.StatusBadRequest, httpMessage: "BAD REQUEST"}
+}
+
+// IPInUseByAnotherResource: the IP an insert asks for (an instance's
+// networkIP or natIP, an address's address) is another resource's: code
+// IP_IN_USE_BY_ANOTHER_RESOURCE, "IP '10.0.0.0' is already being used by
+// another resource.", httpErrorStatusCode 409 "CONFLICT". Source: an
+// instance insert's operation quoted from `gcloud compute operations
+// describe` in a public kubernetes-the-hard-way write-up (code and message),
+// hashicorp/terraform#18998 (the message, instance networkIP of a reserved
+// internal address), GoogleCloudPlatform's NFS proxy docs ('error code
+// "IP_IN_USE_BY_ANOTHER_RESOURCE", message: IP '10.0.0.2' is already being
+// used by another resource.', forwarding rule); the 409 is how
+// kubernetes/ingress-gce's tests model it (googleapi.Error Code
+// StatusConflict). For an external natIP held by another instance no newer
+// source quotes the answer (hashicorp/terraform#3841, 2015, shows an older
+// "Specified IP address is already allocated to an instance."); the fake
+// answers the same as for an internal IP.
+func IPInUseByAnotherResource(ip string) *AsyncError {
+	return &AsyncError{kind: kindIPInUse, ip: ip, httpStatus: http.StatusConflict, httpMessage: "CONFLICT"}
 }
 
 // CustomAsyncError is an operation error with the given code and message and
@@ -158,6 +183,9 @@ func (e *AsyncError) render(c opContext) (errs *computepb.Error, httpStatus *int
 	case kindMachineType:
 		item = &computepb.Errors{Code: proto.String("UNSUPPORTED_OPERATION"),
 			Message: proto.String(fmt.Sprintf("Machine type with name '%s' does not exist in zone '%s'.", c.machineType, c.zone))}
+	case kindIPInUse:
+		item = &computepb.Errors{Code: proto.String("IP_IN_USE_BY_ANOTHER_RESOURCE"),
+			Message: proto.String(fmt.Sprintf("IP '%s' is already being used by another resource.", e.ip))}
 	default:
 		item = &computepb.Errors{Code: proto.String(e.code), Message: proto.String(e.message)}
 	}
@@ -169,8 +197,10 @@ func (e *AsyncError) render(c opContext) (errs *computepb.Error, httpStatus *int
 }
 
 // quotaNames are the metric and limit names of a regional quota in a
-// quotaInfo detail. CPUS is quoted in kubernetes/k8s.io#6380; the other two
-// follow its pattern (fake's own).
+// quotaInfo detail. CPUS is quoted in kubernetes/k8s.io#6380; the limit
+// names IN-USE-ADDRESSES-per-project-region and
+// STATIC-ADDRESSES-per-project-region appear in a public quota table; the
+// metric names follow CPUS's pattern (fake's own).
 func quotaNames(metric string) (metricName, limitName string) {
 	switch metric {
 	case "CPUS":
@@ -179,6 +209,8 @@ func quotaNames(metric string) (metricName, limitName string) {
 		return "compute.googleapis.com/instances", "INSTANCES-per-project-region"
 	case "IN_USE_ADDRESSES":
 		return "compute.googleapis.com/in_use_addresses", "IN-USE-ADDRESSES-per-project-region"
+	case "STATIC_ADDRESSES":
+		return "compute.googleapis.com/static_addresses", "STATIC-ADDRESSES-per-project-region"
 	}
 	return "compute.googleapis.com/" + metric, metric + "-per-project-region"
 }

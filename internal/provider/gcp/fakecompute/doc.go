@@ -18,7 +18,10 @@
 // Paths (under /compute/v1/projects/{p}): GET the project; regions/{r}
 // (with quotas); zones/{z}; aggregated/instances; zones/{z}/instances (list,
 // insert); zones/{z}/instances/{n} (get, delete) and its start, stop,
-// suspend, resume, setLabels and getGuestAttributes; zones/{z}/operations/{op} and
+// suspend, resume, setLabels, getGuestAttributes, addAccessConfig and
+// deleteAccessConfig; aggregated/addresses; regions/{r}/addresses (list,
+// insert) and regions/{r}/addresses/{n} (get, delete) and its setLabels;
+// zones/{z}/operations/{op}, regions/{r}/operations/{op} and
 // global/operations/{op} (get, and POST .../wait); global/firewalls (list,
 // insert) and global/firewalls/{n} (get, patch, update, delete). Any other
 // path answers the HTML 404 page of Google's front end, which the SDK turns
@@ -34,7 +37,7 @@
 // Catalogue: projects, regions and zones, machine types, images and
 // networks (DefaultCatalogue; WithCatalogue). An unknown project is 404
 // "The resource 'projects/x' was not found"; an unknown zone 400 "Invalid
-// value for field 'zone': 'x'. Unknown zone."; an unknown machine type 400
+// value for field 'zone': 'x'. Unknown zone." (a region's likewise); an unknown machine type 400
 // "Machine type with name 't' does not exist in zone 'z'."; an unknown image
 // 404 for its path; a malformed reference 400 "The URL is malformed.".
 //
@@ -65,6 +68,21 @@
 // strings only; nothing listens on them and no test may connect to them.
 // operations.wait runs the operation out (SetWaitPolls to return early).
 //
+// Addresses (addresses.go, accessconfigs.go): a reserved regional address
+// is RESERVING while its insert's regional operation runs, then RESERVED;
+// IN_USE, users naming the instance, while an instance holds it through its
+// access config's natIP or its networkIP (on insert, addAccessConfig, or by
+// reserving the ephemeral IP an instance has), RESERVED again after
+// deleteAccessConfig or the instance's delete (a stopped instance keeps
+// it). External ones come from 203.0.113.0/24 like ephemeral ones, internal
+// ones from 10.128.0.0/20. Deleting an IN_USE address is 400
+// resourceInUseByAnotherResource; a natIP naming no reserved address of the
+// instance's region is 400 "... The specified external IP address 'x' was
+// not found in region 'r'."; an IP another resource holds fails the
+// operation with IP_IN_USE_BY_ANOTHER_RESOURCE (409); a second access
+// config is 400 "At most one access config currently supported."; static
+// external addresses count against the region's STATIC_ADDRESSES quota.
+//
 // Guest attributes (guestattributes.go): a test writes and withdraws them
 // as the guest would (SetGuestAttribute, DeleteGuestAttribute), which only
 // a RUNNING instance whose metadata has enable-guest-attributes = TRUE can;
@@ -84,7 +102,8 @@
 // until it is DONE). Quota: an insert over the region's CPUS, INSTANCES or
 // IN_USE_ADDRESSES limit (SetRegionQuota; usage counted from the instances)
 // fails asynchronously with QUOTA_EXCEEDED, or synchronously with 403
-// quotaExceeded (SetQuotaSynchronous).
+// quotaExceeded (SetQuotaSynchronous); so does an address insert over
+// STATIC_ADDRESSES.
 //
 // Lists: aggregatedList and list take filter (see below), maxResults (500
 // at most) and pageToken and answer nextPageToken. Every zone of the
@@ -104,14 +123,16 @@
 // SetAdvanceOnGet, Advance, Settle, SetAddressDelay, SetZoneUnreachable,
 // SetRegionQuota, SetProjectQuota, SetQuotaSynchronous, SetRepeatDelete,
 // RequireToken (401 without the bearer token), PutInstance,
-// SetInstanceStatus, SetGuestAttribute, DeleteGuestAttribute, PutFirewall, Instance, Instances, Firewall,
+// SetInstanceStatus, SetGuestAttribute, DeleteGuestAttribute, PutFirewall,
+// PutAddress, Instance, Instances, Firewall, Address, Addresses,
 // Operation(s), Reset. Every method is safe for concurrent use; each call
 // is served under one lock.
 //
 // # What is not modelled
 //
-// Other resources (disks as resources, addresses, images, networks beyond
-// their names, instance groups, templates), IAM (every call is allowed
+// Other resources (disks as resources, global addresses, images, networks
+// beyond their names, instance groups, templates), addresses.move, access
+// configs on network interfaces other than nic0, resources named by id, IAM (every call is allowed
 // unless a fault says otherwise), per-method rate quotas (inject
 // RateLimitExceeded or TooManyRequests), orderBy, includeAllScopes,
 // fields/prettyPrint, metadata and tag updates, machine type changes,

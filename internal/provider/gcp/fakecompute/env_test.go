@@ -39,6 +39,8 @@ type env struct {
 	fw   *compute.FirewallsClient
 	rc   *compute.RegionsClient
 	pc   *compute.ProjectsClient
+	ac   *compute.AddressesClient
+	ro   *compute.RegionOperationsClient
 }
 
 func newEnv(t *testing.T, opts ...fakecompute.Option) *env {
@@ -70,8 +72,14 @@ func newEnv(t *testing.T, opts ...fakecompute.Option) *env {
 	if e.pc, err = compute.NewProjectsRESTClient(ctx, co...); err != nil {
 		t.Fatal(err)
 	}
+	if e.ac, err = compute.NewAddressesRESTClient(ctx, co...); err != nil {
+		t.Fatal(err)
+	}
+	if e.ro, err = compute.NewRegionOperationsRESTClient(ctx, co...); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		for _, c := range []interface{ Close() error }{e.ic, e.zo, e.gop, e.fw, e.rc, e.pc} {
+		for _, c := range []interface{ Close() error }{e.ic, e.zo, e.gop, e.fw, e.rc, e.pc, e.ac, e.ro} {
 			_ = c.Close()
 		}
 	})

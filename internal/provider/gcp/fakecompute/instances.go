@@ -2,6 +2,7 @@ package fakecompute
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"regexp"
 	"sort"
@@ -33,6 +34,11 @@ type instance struct {
 	op         *operation
 	natPending bool // RUNNING, external IP not yet assigned
 	natDelay   int
+	// natAddr is the reserved external address its access config holds
+	// (natIP), ipAddr the reserved internal one its networkIP is; nil for
+	// ephemeral addresses.
+	natAddr *address
+	ipAddr  *address
 	// guestAttrs are the guest attributes its guest wrote, by
 	// "<namespace>/<key>" (SetGuestAttribute).
 	guestAttrs map[string]string
@@ -68,6 +74,9 @@ type instanceRequest struct {
 	network     string // short name
 	subnetwork  string // projects/<p>/regions/<r>/subnetworks/<s>
 	external    bool
+	natAddr     *address // the reserved address natIP names
+	networkIP   string   // the internal IP asked for, "" for any
+	ipAddr      *address // the reserved internal address networkIP is
 }
 
 // validateInstance checks an insert body the way the API does before it
@@ -169,14 +178,36 @@ func (s *Server) validateInstance(p *projectState, zone string, in *computepb.In
 		}
 		req.subnetwork = spath
 	}
+	if len(nic.GetAccessConfigs()) > 1 {
+		// googleapis/google-cloud-java#916 (the whole body).
+		return nil, Invalid("resource.networkInterfaces[0]", "", "Multiple access configs are not supported.")
+	}
 	for i, ac := range nic.GetAccessConfigs() {
 		if t := ac.GetType(); t != "" && t != "ONE_TO_ONE_NAT" {
 			// Fake's own reason after the API's frame.
 			return nil, Invalid(fmt.Sprintf("resource.networkInterfaces[0].accessConfigs[%d].type", i), t,
 				"Must be ONE_TO_ONE_NAT.")
 		}
+		if ip := ac.GetNatIP(); ip != "" {
+			// Only a reserved external address of the instance's region can
+			// be named; an ephemeral one (even the instance's own) cannot.
+			a := p.addressByIP(region, "EXTERNAL", ip)
+			if a == nil {
+				return nil, natIPNotFound(fmt.Sprintf("resource.networkInterfaces[0].accessConfigs[%d].natIP", i), ip, region)
+			}
+			req.natAddr = a
+		}
 	}
 	req.external = len(nic.GetAccessConfigs()) > 0
+	if ip := nic.GetNetworkIP(); ip != "" {
+		if !internalRange.Contains(net.ParseIP(ip).To4()) {
+			// Fake's own reason after the API's frame.
+			return nil, Invalid("resource.networkInterfaces[0].networkIP", ip,
+				"Requested internal IP address is not within the subnetwork's range "+internalRange.String()+".")
+		}
+		req.networkIP = ip
+		req.ipAddr = p.addressByIP(region, "INTERNAL", ip)
+	}
 
 	for i, t := range in.GetTags().GetItems() {
 		if !nameRE.MatchString(t) {
@@ -238,6 +269,9 @@ func (s *Server) newInstance(p *projectState, zone string, body *computepb.Insta
 		nic.StackType = proto.String("IPV4_ONLY")
 		nic.Fingerprint = proto.String(fingerprint("nic", name, fmt.Sprint(i)))
 		nic.NetworkIP = nil
+		if i == 0 && req.networkIP != "" {
+			nic.NetworkIP = proto.String(req.networkIP) // the asked-for address, at once
+		}
 		for _, ac := range nic.AccessConfigs {
 			ac.Kind = proto.String("compute#accessConfig")
 			ac.Type = proto.String("ONE_TO_ONE_NAT")
@@ -248,6 +282,12 @@ func (s *Server) newInstance(p *projectState, zone string, body *computepb.Insta
 				ac.NetworkTier = proto.String("PREMIUM")
 			}
 			ac.NatIP = nil
+			if i == 0 && req.natAddr != nil {
+				// A reserved address is the instance's from the start, and
+				// its tier is the address's.
+				ac.NatIP = proto.String(req.natAddr.pb.GetAddress())
+				ac.NetworkTier = proto.String(req.natAddr.pb.GetNetworkTier())
+			}
 		}
 	}
 	if pb.Metadata == nil {
@@ -269,6 +309,12 @@ func (s *Server) newInstance(p *projectState, zone string, body *computepb.Insta
 // Addresses: internal ones from 10.128.0.0/20 (the default subnetwork's
 // range in us-central1), external ones from TEST-NET-3 203.0.113.0/24. They
 // are strings only: nothing listens on them and nothing should connect.
+// Reserved addresses (addresses.go) come from the same ranges.
+
+var (
+	_, internalRange, _ = net.ParseCIDR("10.128.0.0/20")
+	_, externalRange, _ = net.ParseCIDR("203.0.113.0/24")
+)
 
 func (s *Server) allocInternal(p *projectState) string {
 	for i := 2; i < 16*256-1; i++ {
@@ -315,25 +361,79 @@ func (s *Server) assignExternal(in *instance) {
 	if n == nil || len(n.AccessConfigs) == 0 {
 		return
 	}
+	if in.natAddr != nil {
+		n.AccessConfigs[0].NatIP = proto.String(in.natAddr.pb.GetAddress())
+		in.natPending = false
+		return
+	}
 	if ip := s.allocExternal(); ip != "" {
 		n.AccessConfigs[0].NatIP = proto.String(ip)
 		in.natPending = false
 	}
 }
 
+// releaseExternal gives up an ephemeral external address (a stop); a
+// reserved one stays with the stopped instance, as on GCE.
 func (s *Server) releaseExternal(in *instance) {
+	in.natPending = false
+	if in.natAddr != nil {
+		return
+	}
 	if n := nic0(in); n != nil && len(n.AccessConfigs) > 0 {
 		delete(s.external, n.AccessConfigs[0].GetNatIP())
 		n.AccessConfigs[0].NatIP = nil
 	}
-	in.natPending = false
 }
 
+// release gives up every address of a deleted instance: ephemeral ones go
+// back to the pool, reserved ones become RESERVED again.
 func (s *Server) release(p *projectState, in *instance) {
+	n := nic0(in)
+	if a := in.natAddr; a != nil {
+		a.unbind(in)
+		in.natAddr = nil
+		if n != nil && len(n.AccessConfigs) > 0 {
+			n.AccessConfigs[0].NatIP = nil
+		}
+	}
 	s.releaseExternal(in)
-	if n := nic0(in); n != nil {
+	if a := in.ipAddr; a != nil {
+		a.unbind(in)
+		in.ipAddr = nil
+	} else if n != nil {
 		delete(p.internal, n.GetNetworkIP())
 	}
+}
+
+// bindAddresses gives an accepted instance the addresses it asked for: a
+// reserved external or internal one turns IN_USE with the instance as its
+// user; an internal IP outside any reservation is taken from the pool.
+func (s *Server) bindAddresses(p *projectState, in *instance, req *instanceRequest) {
+	if a := req.natAddr; a != nil {
+		in.natAddr = a
+		a.bind(in)
+	}
+	if a := req.ipAddr; a != nil {
+		in.ipAddr = a
+		a.bind(in)
+	} else if req.networkIP != "" {
+		p.internal[req.networkIP] = true
+	}
+}
+
+// ipConflict is the address an insert asks for that another resource
+// holds, or "".
+func ipConflict(p *projectState, req *instanceRequest) string {
+	if a := req.natAddr; a != nil && a.user != nil {
+		return a.pb.GetAddress()
+	}
+	switch {
+	case req.ipAddr != nil && req.ipAddr.user != nil:
+		return req.networkIP
+	case req.ipAddr == nil && req.networkIP != "" && p.internal[req.networkIP]:
+		return req.networkIP
+	}
+	return ""
 }
 
 // stepBoot is a boot's middle: PROVISIONING becomes STAGING, and the
@@ -352,7 +452,7 @@ func (s *Server) finishBoot(p *projectState, in *instance) {
 	in.pb.LastStartTimestamp = proto.String(s.timestamp())
 	s.assignInternal(p, in)
 	if in.external {
-		if s.knobs.addressDelay > 0 {
+		if s.knobs.addressDelay > 0 && in.natAddr == nil {
 			in.natPending, in.natDelay = true, s.knobs.addressDelay
 		} else {
 			s.assignExternal(in)
@@ -410,6 +510,14 @@ func (s *Server) regionUsage(p *projectState, region, metric string) float64 {
 		case "DISKS_TOTAL_GB":
 			for _, d := range in.pb.GetDisks() {
 				u += float64(d.GetDiskSizeGb())
+			}
+		}
+	}
+	if metric == "STATIC_ADDRESSES" {
+		// Static external addresses of the region, reserved or in use.
+		for _, a := range p.addresses {
+			if a.region == region && a.pb.GetAddressType() == "EXTERNAL" {
+				u++
 			}
 		}
 	}
@@ -488,6 +596,8 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 	if metric != "" {
 		c.limit = limit
 		op.fail(QuotaExceededAsync(metric), c)
+	} else if ip := ipConflict(p, req); ip != "" {
+		op.fail(IPInUseByAnotherResource(ip), c)
 	} else if f := s.takeFault(r.Method, r.URL.Path, true); f != nil {
 		c.limit = s.regionLimit(region, f.Async.metric)
 		if c.image == "" {
@@ -504,6 +614,7 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 	} else {
 		in := s.newInstance(p, zone, &body, req, id)
 		p.instances[key] = in
+		s.bindAddresses(p, in, req)
 		op.inst = in
 		op.step = func() { s.stepBoot(p, in) }
 		op.done = func() { s.finishBoot(p, in) }
@@ -811,8 +922,12 @@ func (s *Server) PutInstance(project, zone string, body *computepb.Instance, sta
 	if p.instances[key] != nil {
 		return AlreadyExists(instResource(p, zone, body.GetName()))
 	}
+	if ip := ipConflict(p, req); ip != "" {
+		return fmt.Errorf("IP '%s' is already being used by another resource", ip)
+	}
 	in := s.newInstance(p, zone, body, req, s.nextID())
 	p.instances[key] = in
+	s.bindAddresses(p, in, req)
 	if status == "" {
 		status = "RUNNING"
 	}

@@ -3,12 +3,13 @@ package fakecompute
 import (
 	"fmt"
 	"net/http"
+	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/protobuf/proto"
 )
 
-// operation is one zonal or global operation. It runs for a number of polls
+// operation is one zonal, regional or global operation. It runs for a number of polls
 // (knobs.opPolls when it starts); each poll of it, each GET of its target
 // (knobs.advanceOnGet) and each Advance step counts one. At the last it is
 // DONE, and its effect (done) or its failure (failed) applies.
@@ -16,8 +17,8 @@ type operation struct {
 	pb         *computepb.Operation
 	seq        uint64
 	project    string
-	scope      string // "zones/<z>" or "global"
-	target     string // "zones/<z>/instances/<n>" or "global/firewalls/<n>"
+	scope      string // "zones/<z>", "regions/<r>" or "global"
+	target     string // "zones/<z>/instances/<n>", "regions/<r>/addresses/<n>" or "global/firewalls/<n>"
 	remaining  int
 	errs       *computepb.Error
 	httpStatus *int32
@@ -29,6 +30,7 @@ type operation struct {
 
 	inst      *instance    // the instance this operation is busy with
 	fw        *firewall    // the rule this operation is busy with
+	addr      *address     // the address this operation is busy with
 	followers []*operation // repeated deletes, DONE with this one
 	leader    *operation   // for a follower: the operation it ends with
 }
@@ -59,8 +61,11 @@ func (s *Server) newOp(p *projectState, scope, opType, target string, targetID u
 	if targetID != 0 {
 		pb.TargetId = proto.Uint64(targetID)
 	}
-	if len(scope) > len("zones/") && scope[:len("zones/")] == "zones/" {
+	switch {
+	case strings.HasPrefix(scope, "zones/"):
 		pb.Zone = proto.String(link("projects", p.id, scope))
+	case strings.HasPrefix(scope, "regions/"):
+		pb.Region = proto.String(link("projects", p.id, scope))
 	}
 	return &operation{pb: pb, seq: seq, project: p.id, scope: scope, target: target, remaining: s.knobs.opPolls}
 }
@@ -80,6 +85,9 @@ func (s *Server) startOp(op *operation) {
 	}
 	if op.fw != nil {
 		op.fw.op = op
+	}
+	if op.addr != nil {
+		op.addr.op = op
 	}
 	if op.remaining <= 0 {
 		s.finishOp(op)
@@ -123,6 +131,9 @@ func (s *Server) finishOp(op *operation) {
 	if op.fw != nil && op.fw.op == op {
 		op.fw.op = nil
 	}
+	if op.addr != nil && op.addr.op == op {
+		op.addr.op = nil
+	}
 	if op.errs != nil {
 		op.pb.Error = op.errs
 		op.pb.HttpErrorStatusCode = op.httpStatus
@@ -155,6 +166,9 @@ func opScope(r *http.Request) string {
 	if z := r.PathValue("zone"); z != "" {
 		return "zones/" + z
 	}
+	if rg := r.PathValue("region"); rg != "" {
+		return "regions/" + rg
+	}
 	return "global"
 }
 
@@ -164,7 +178,10 @@ func (s *Server) findOp(w http.ResponseWriter, r *http.Request) *operation {
 		return nil
 	}
 	scope := opScope(r)
-	if scope != "global" && s.zone(w, r) == "" {
+	switch {
+	case strings.HasPrefix(scope, "zones/") && s.zone(w, r) == "":
+		return nil
+	case strings.HasPrefix(scope, "regions/") && s.region(w, r) == "":
 		return nil
 	}
 	op := s.ops[opKey(p.id, scope, r.PathValue("op"))]
@@ -174,7 +191,8 @@ func (s *Server) findOp(w http.ResponseWriter, r *http.Request) *operation {
 	return op
 }
 
-// getOperation is zoneOperations.get and globalOperations.get: one poll,
+// getOperation is zoneOperations.get, regionOperations.get and
+// globalOperations.get: one poll,
 // then the operation as it is.
 func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
 	if op := s.findOp(w, r); op != nil {
@@ -183,7 +201,8 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// waitOperation is zoneOperations.wait and globalOperations.wait: knobs.waitPolls
+// waitOperation is zoneOperations.wait, regionOperations.wait and
+// globalOperations.wait: knobs.waitPolls
 // polls (0: until DONE), then the operation as it is.
 func (s *Server) waitOperation(w http.ResponseWriter, r *http.Request) {
 	op := s.findOp(w, r)

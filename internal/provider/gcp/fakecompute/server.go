@@ -42,7 +42,7 @@ type Server struct {
 	inflight   []*operation          // not DONE, in start order
 	requestIDs map[string]*operation // project|requestId
 	seq        uint64
-	external   map[string]bool // external addresses in use
+	external   map[string]bool // external addresses in use or reserved
 	extCursor  int             // the last external address handed out
 	log        fakehttp.Log[Request]
 	faults     fakehttp.Faults[Fault]
@@ -94,7 +94,11 @@ type projectState struct {
 	instances map[string]*instance // zone/name
 	reserved  map[string]*operation
 	firewalls map[string]*firewall
-	internal  map[string]bool // internal addresses in use
+	internal  map[string]bool     // internal addresses in use or reserved
+	addresses map[string]*address // region/name
+	// addrPending are the names of address inserts that fail: taken until
+	// their operation is DONE, as failed instance inserts are (reserved).
+	addrPending map[string]*operation
 }
 
 // Option configures New.
@@ -126,7 +130,7 @@ func New(opts ...Option) *Server {
 	return s
 }
 
-// Reset empties the fake (instances, firewalls, operations, request log,
+// Reset empties the fake (instances, addresses, firewalls, operations, request log,
 // faults) and restores every knob; the catalogue stays.
 func (s *Server) Reset() {
 	s.mu.Lock()
@@ -139,7 +143,8 @@ func (s *Server) resetLocked() {
 	for id, n := range s.ix.projects {
 		s.projects[id] = &projectState{id: id, number: n, created: "2026-01-05T09:12:44.312-08:00",
 			instances: map[string]*instance{}, reserved: map[string]*operation{},
-			firewalls: map[string]*firewall{}, internal: map[string]bool{}}
+			firewalls: map[string]*firewall{}, internal: map[string]bool{},
+			addresses: map[string]*address{}, addrPending: map[string]*operation{}}
 	}
 	s.ops = map[string]*operation{}
 	s.inflight = nil
@@ -202,7 +207,8 @@ func (s *Server) SetZoneUnreachable(zone string, unreachable bool) {
 }
 
 // SetRegionQuota sets the limit of a regional quota metric (CPUS,
-// INSTANCES, IN_USE_ADDRESSES, ...). Usage is computed from the instances.
+// INSTANCES, IN_USE_ADDRESSES, STATIC_ADDRESSES, ...). Usage is computed
+// from the instances and the external addresses.
 func (s *Server) SetRegionQuota(region, metric string, limit float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -371,7 +377,7 @@ func (s *Server) resourceOf(r *http.Request, body []byte) string {
 			Name string `json:"name"`
 		}
 		last := res[strings.LastIndex(res, "/")+1:]
-		if json.Unmarshal(body, &b) == nil && b.Name != "" && (last == "instances" || last == "firewalls") {
+		if json.Unmarshal(body, &b) == nil && b.Name != "" && (last == "instances" || last == "firewalls" || last == "addresses") {
 			res += "/" + b.Name // an insert into a collection
 		}
 	}
@@ -405,6 +411,16 @@ func (s *Server) routes() *http.ServeMux {
 	m.HandleFunc("POST "+p+"/zones/{zone}/instances/{name}/suspend", s.suspendInstance)
 	m.HandleFunc("POST "+p+"/zones/{zone}/instances/{name}/setLabels", s.setLabels)
 	m.HandleFunc("GET "+p+"/zones/{zone}/instances/{name}/getGuestAttributes", s.getGuestAttributes)
+	m.HandleFunc("POST "+p+"/zones/{zone}/instances/{name}/addAccessConfig", s.addAccessConfig)
+	m.HandleFunc("POST "+p+"/zones/{zone}/instances/{name}/deleteAccessConfig", s.deleteAccessConfig)
+	m.HandleFunc("GET "+p+"/aggregated/addresses", s.aggregatedAddresses)
+	m.HandleFunc("GET "+p+"/regions/{region}/addresses", s.listAddresses)
+	m.HandleFunc("POST "+p+"/regions/{region}/addresses", s.insertAddress)
+	m.HandleFunc("GET "+p+"/regions/{region}/addresses/{name}", s.getAddress)
+	m.HandleFunc("DELETE "+p+"/regions/{region}/addresses/{name}", s.deleteAddress)
+	m.HandleFunc("POST "+p+"/regions/{region}/addresses/{name}/setLabels", s.setAddressLabels)
+	m.HandleFunc("GET "+p+"/regions/{region}/operations/{op}", s.getOperation)
+	m.HandleFunc("POST "+p+"/regions/{region}/operations/{op}/wait", s.waitOperation)
 	m.HandleFunc("GET "+p+"/zones/{zone}/operations/{op}", s.getOperation)
 	m.HandleFunc("POST "+p+"/zones/{zone}/operations/{op}/wait", s.waitOperation)
 	m.HandleFunc("GET "+p+"/global/operations/{op}", s.getOperation)
@@ -436,6 +452,16 @@ func (s *Server) zone(w http.ResponseWriter, r *http.Request) string {
 		return ""
 	}
 	return z
+}
+
+// region is the request's region, or "" after answering 400 Unknown region.
+func (s *Server) region(w http.ResponseWriter, r *http.Request) string {
+	rg := r.PathValue("region")
+	if _, ok := s.ix.cat.Regions[rg]; !ok {
+		writeAPIError(w, unknownRegion(rg))
+		return ""
+	}
+	return rg
 }
 
 // ---- wire helpers ----
