@@ -218,7 +218,45 @@ type ProxySpec struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +optional
 	Destinations []DestinationRule `json:"destinations,omitempty"`
+
+	// EgressAddress keeps one egress address for the Proxy through every
+	// replacement of its instance, so that a partner can allow-list it:
+	// one the operator reserves for this Proxy, or one the user reserved
+	// already (name). Which providers keep one, and how:
+	// docs/api.md ("A stable egress address"). Absent: each instance
+	// egresses from whatever address its backend gives it.
+	// +optional
+	EgressAddress *EgressAddressSpec `json:"egressAddress,omitempty"`
 }
+
+// EgressAddressSpec asks for an egress address that outlives the Proxy's
+// instances.
+// +kubebuilder:validation:XValidation:rule="!has(self.name) || !has(self.reclaimPolicy) || self.reclaimPolicy == 'Retain'",message="reclaimPolicy Delete applies to an address the operator reserves: an address the user reserved (name) is never deleted; leave reclaimPolicy out"
+type EgressAddressSpec struct {
+	// Name is an address the user reserved already (gcp: a regional static
+	// address in the instance's region, external or internal as the
+	// entry's addressMode). The operator attaches it to the Proxy's
+	// instances and never deletes or collects it; another Proxy of this
+	// installation using it is refused. Empty: the operator reserves one
+	// for this Proxy, named after it.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	Name string `json:"name,omitempty"`
+	// ReclaimPolicy says what happens to an address the operator reserved
+	// when the Proxy is deleted: Delete (the default) releases it; Retain
+	// keeps it, labelled with the Proxy it was reserved for and named in
+	// an Event, so a new Proxy can take it over by name.
+	// +kubebuilder:validation:Enum=Delete;Retain
+	// +optional
+	ReclaimPolicy string `json:"reclaimPolicy,omitempty"`
+}
+
+// Reclaim policies of spec.egressAddress.
+const (
+	ReclaimDelete = "Delete"
+	ReclaimRetain = "Retain"
+)
 
 // ProxyPhase is a one-word summary of the Proxy's state; the Ready
 // condition has the detail.

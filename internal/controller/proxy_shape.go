@@ -37,6 +37,10 @@ type shape struct {
 	// Autoheals is status.autoheals: an autoheal asks for a new instance
 	// of the same spec, so it needs a new name. Omitted when zero.
 	Autoheals int32 `json:"autoheals,omitempty"`
+	// EgressAddress is spec.egressAddress: the first instance to have one
+	// is made with it, and its reclaim policy is written on the address
+	// by the Create that reserves or adopts it. Omitted when absent.
+	EgressAddress *egressv1.EgressAddressSpec `json:"egressAddress,omitempty"`
 }
 
 // shapeOf computes the shape hash of a Proxy's spec with its resolved
@@ -53,6 +57,7 @@ func shapeOf(spec egressv1.ProxySpec, cloudInit, clientAuth provider.Sensitive, 
 		CloudInitSHA256:     sha256Hex(cloudInit),
 		Destinations:        destinationsOf(spec.Destinations),
 		Autoheals:           autoheals,
+		EgressAddress:       spec.EgressAddress,
 	}
 	if usersInPlace {
 		sh.ClientAuth = clientAuth.Len() > 0
@@ -110,7 +115,23 @@ func createRequest(px *egressv1.Proxy, cloudInit, clientAuth provider.Sensitive,
 		ClientAuth:          clientAuth,
 		CloudInit:           cloudInit,
 		Placement:           placementOf(px.Spec.Placement),
+		EgressAddress:       egressAddressOf(px),
 	}
+}
+
+// egressAddressOf is spec.egressAddress as providers take it: the user's
+// address by name, or the one reserved for this Proxy under a name derived
+// from it (stable for its life, whatever its shape).
+func egressAddressOf(px *egressv1.Proxy) *provider.EgressAddress {
+	spec := px.Spec.EgressAddress
+	if spec == nil {
+		return nil
+	}
+	if spec.Name != "" {
+		return &provider.EgressAddress{Name: spec.Name}
+	}
+	return &provider.EgressAddress{Name: provider.EgressAddressName(px.Namespace, px.Name, string(px.UID)), Reserve: true,
+		Retain: spec.ReclaimPolicy == egressv1.ReclaimRetain}
 }
 
 const defaultPort = 3128

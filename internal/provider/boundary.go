@@ -18,6 +18,7 @@ type Bounded struct {
 	Secondary SecondaryLister
 	Owned     OwnerLister
 	Users     UsersUpdater
+	Mover     EgressAddressMover
 }
 
 // WithBoundary puts p behind the one method boundary every provider call
@@ -56,6 +57,9 @@ func WithBoundary(name, providerType string, p Provider) Bounded {
 	}
 	if u, ok := p.(UsersUpdater); ok {
 		b.Users = usersBoundary{configured: at, inner: u}
+	}
+	if m, ok := p.(EgressAddressMover); ok {
+		b.Mover = moverBoundary{configured: at, inner: m}
 	}
 	return b
 }
@@ -130,14 +134,19 @@ type (
 		configured
 		inner UsersUpdater
 	}
+	moverBoundary struct {
+		configured
+		inner EgressAddressMover
+	}
 )
 
 var (
-	_ Provider        = (*boundary)(nil)
-	_ Checker         = checkBoundary{}
-	_ SecondaryLister = secondaryBoundary{}
-	_ OwnerLister     = ownerBoundary{}
-	_ UsersUpdater    = usersBoundary{}
+	_ Provider           = (*boundary)(nil)
+	_ Checker            = checkBoundary{}
+	_ SecondaryLister    = secondaryBoundary{}
+	_ OwnerLister        = ownerBoundary{}
+	_ UsersUpdater       = usersBoundary{}
+	_ EgressAddressMover = moverBoundary{}
 )
 
 // Unwrap returns the provider behind the boundary.
@@ -307,4 +316,12 @@ func (u usersBoundary) UpdateUsers(ctx context.Context, id string, users Sensiti
 		return err
 	}
 	return c.end(u.inner.UpdateUsers(ctx, id, users))
+}
+
+func (m moverBoundary) MoveEgressAddress(ctx context.Context, addr EgressAddress, fromID, toID string) error {
+	ctx, c, err := m.enter(ctx, OpMoveEgressAddress, "id", toID, "from", fromID, "address", addr.Name)
+	if err != nil {
+		return err
+	}
+	return c.end(m.inner.MoveEgressAddress(ctx, addr, fromID, toID))
 }

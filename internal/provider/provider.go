@@ -210,6 +210,11 @@ type CreateRequest struct {
 	// CloudInit is the user-data; it is redacted wherever it is printed.
 	CloudInit Sensitive
 	Placement Placement
+	// EgressAddress, when set, asks for an egress address that outlives the
+	// instance (spec.egressAddress); nil: whatever the backend gives each
+	// instance. A provider that cannot keep one refuses with ErrPermanent
+	// naming spec.egressAddress.
+	EgressAddress *EgressAddress
 }
 
 // CheckResult is the outcome of one health check.

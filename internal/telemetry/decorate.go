@@ -92,6 +92,9 @@ func Decorate(tp trace.TracerProvider) registry.Decorator {
 		if e.Users != nil {
 			e.Users = &tracedUsers{inner: e.Users, m: m}
 		}
+		if e.Mover != nil {
+			e.Mover = &tracedMover{inner: e.Mover, m: m}
+		}
 	}
 }
 
@@ -310,5 +313,19 @@ func (u *tracedUsers) UpdateUsers(ctx context.Context, id string, users provider
 	ctx, c := u.m.begin(ctx, provider.OpUpdateUsers, id, nil)
 	err := u.inner.UpdateUsers(ctx, id, users)
 	u.m.endErr(c, err)
+	return err
+}
+
+// tracedMover is an EgressAddressMover with a span and metrics around each
+// call, naming the instance it moves the address to.
+type tracedMover struct {
+	inner provider.EgressAddressMover
+	m     *meter
+}
+
+func (t *tracedMover) MoveEgressAddress(ctx context.Context, addr provider.EgressAddress, fromID, toID string) error {
+	ctx, c := t.m.begin(ctx, provider.OpMoveEgressAddress, toID, nil)
+	err := t.inner.MoveEgressAddress(ctx, addr, fromID, toID)
+	t.m.endErr(c, err)
 	return err
 }

@@ -152,3 +152,15 @@ func (c *countedUsers) UpdateUsers(ctx context.Context, id string, users provide
 	defer c.calls.exit()
 	return c.inner.UpdateUsers(ctx, id, users)
 }
+
+// countedMover counts each egress address move in flight.
+type countedMover struct {
+	inner provider.EgressAddressMover
+	calls *inflight
+}
+
+func (c *countedMover) MoveEgressAddress(ctx context.Context, addr provider.EgressAddress, fromID, toID string) error {
+	c.calls.enter()
+	defer c.calls.exit()
+	return c.inner.MoveEgressAddress(ctx, addr, fromID, toID)
+}

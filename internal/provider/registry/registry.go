@@ -53,6 +53,10 @@ type Entry struct {
 	// clientAuth users in place (provider.UsersUpdater); the reconciler
 	// then replaces the instance when they change.
 	Users provider.UsersUpdater
+	// Mover is nil when the provider keeps no egress address by moving it
+	// (provider.EgressAddressMover); the reconciler calls it at a
+	// replacement's cutover.
+	Mover provider.EgressAddressMover
 	// PollInterval comes from the type.
 	PollInterval time.Duration
 	// Revision changes whenever the entry is rebuilt with other settings,
@@ -286,6 +290,9 @@ func (r *Registry) build(name, typ string, settings any) (*Entry, error) {
 	}
 	if b.Users != nil {
 		e.Users = &countedUsers{inner: b.Users, calls: e.calls}
+	}
+	if b.Mover != nil {
+		e.Mover = &countedMover{inner: b.Mover, calls: e.calls}
 	}
 	for _, d := range r.decorators {
 		d(e)
