@@ -45,7 +45,8 @@ type Bounded struct {
 // tests, so both exercise the same path.
 func WithBoundary(name, providerType string, p Provider) Bounded {
 	at := configured{name: name, typ: providerType}
-	b := Bounded{Provider: &boundary{configured: at, inner: p}}
+	_, moves := p.(EgressAddressMover)
+	b := Bounded{Provider: &boundary{configured: at, inner: p, keepsEgressAddress: moves}}
 	if c, ok := p.(Checker); ok {
 		b.Checker = checkBoundary{configured: at, inner: c}
 	}
@@ -117,6 +118,9 @@ type (
 	boundary struct {
 		configured
 		inner Provider
+		// keepsEgressAddress: the provider is an EgressAddressMover, so
+		// it may be asked for an egress address.
+		keepsEgressAddress bool
 	}
 	checkBoundary struct {
 		configured
@@ -214,6 +218,11 @@ func (b *boundary) Create(ctx context.Context, req CreateRequest) (Instance, err
 	ctx, c, err := b.enter(ctx, OpCreate, "name", req.Name)
 	if err != nil {
 		return Instance{}, err
+	}
+	if req.EgressAddress != nil && !b.keepsEgressAddress {
+		// Said once here, for every provider that has no way to keep one,
+		// rather than by each ignoring the field.
+		return Instance{}, c.end(Errorf(ErrPermanent, "spec.egressAddress: provider type %s keeps no egress address across instances yet (docs/api.md, \"A stable egress address\")", b.typ))
 	}
 	inst, err := b.inner.Create(ctx, req)
 	if err != nil {

@@ -304,3 +304,56 @@ func TestBoundaryEndsACallWhoseCtxHasEnded(t *testing.T) {
 		t.Errorf("with an ended ctx, the provider got %v, want %v", inner.calls, want)
 	}
 }
+
+// bareMover is a bare provider that moves an egress address.
+type bareMover struct {
+	bare
+	moves []string
+}
+
+func (m *bareMover) MoveEgressAddress(_ context.Context, addr provider.EgressAddress, from, to string) error {
+	m.moves = append(m.moves, addr.Name+":"+from+">"+to)
+	return nil
+}
+
+// TestBoundaryRefusesAnEgressAddressOfAProviderThatKeepsNone: a request
+// with spec.egressAddress reaches only a provider that can keep the address
+// (an EgressAddressMover); any other gets a Permanent error naming the
+// field, said once here instead of each provider ignoring it.
+func TestBoundaryRefusesAnEgressAddressOfAProviderThatKeepsNone(t *testing.T) {
+	req := provider.CreateRequest{Name: "proxy-a", EgressAddress: &provider.EgressAddress{Name: "proxy-ip-a", Reserve: true}}
+	b := provider.WithBoundary("lab", "kvm", &bare{})
+	if b.Mover != nil {
+		t.Fatal("a provider without MoveEgressAddress got a Mover")
+	}
+	_, err := b.Provider.Create(context.Background(), req)
+	if !errors.Is(err, provider.ErrPermanent) || !strings.Contains(err.Error(), "spec.egressAddress: provider type kvm keeps no egress address") {
+		t.Errorf("Create with an egress address on kvm: %v, want Permanent naming spec.egressAddress", err)
+	}
+	if _, err := b.Provider.Create(context.Background(), provider.CreateRequest{Name: "proxy-a"}); err != nil {
+		t.Errorf("Create without one: %v", err)
+	}
+
+	m := &bareMover{}
+	mb := provider.WithBoundary("gce", "gcp", m)
+	if _, err := mb.Provider.Create(context.Background(), req); err != nil {
+		t.Errorf("Create with an egress address on a mover: %v", err)
+	}
+	if err := mb.Mover.MoveEgressAddress(context.Background(), *req.EgressAddress, "a", "b"); err != nil || !slices.Equal(m.moves, []string{"proxy-ip-a:a>b"}) {
+		t.Errorf("MoveEgressAddress through the boundary: %v, moves %q", err, m.moves)
+	}
+}
+
+func TestEgressAddressName(t *testing.T) {
+	a := provider.EgressAddressName("team-a", "partner.api", "uid-1")
+	if !strings.HasPrefix(a, "proxy-ip-team-a-partner-api-") || len(a) > provider.MaxInstanceNameLen {
+		t.Errorf("EgressAddressName = %q", a)
+	}
+	if a == provider.EgressAddressName("team-a", "partner.api", "uid-2") {
+		t.Error("two Proxies of the same name (another UID) share an address name")
+	}
+	long := provider.EgressAddressName(strings.Repeat("n", 63), strings.Repeat("p", 253), "uid-1")
+	if len(long) > provider.MaxInstanceNameLen || strings.Contains(long, "--") {
+		t.Errorf("EgressAddressName of a long Proxy = %q (%d)", long, len(long))
+	}
+}

@@ -612,6 +612,10 @@ func classifySecondary(s provider.Secondary, v proxyView) (Reason, bool) {
 		return ReasonOrphan, true
 	}
 	switch {
+	case s.Instance == "" && s.InstanceID == "":
+		// The Proxy's own, not an instance's (an address reserved for
+		// it): it lives as long as its Proxy.
+		return "", false
 	case px.Status.ProviderID == "":
 		return "", false // a Create in flight may be making its instance
 	case px.Generation != px.Status.ObservedGeneration:

@@ -479,6 +479,8 @@ func TestClassifySecondary(t *testing.T) {
 		{"create in flight", gone(ours, "a", ""), []*egressv1.Proxy{px("u1", 1, 1, "", "")}, "", false},
 		{"spec change pending", gone(ours, "a", ""), []*egressv1.Proxy{px("u1", 2, 1, "x/b", "b")}, "", false},
 		{"leftover", gone(ours, "a", "x/a"), []*egressv1.Proxy{px("u1", 2, 2, "x/b", "b")}, ReasonLeftover, true},
+		{"the Proxy's own (a reserved address), its Proxy there", gone(ours, "", ""), []*egressv1.Proxy{px("u1", 2, 2, "x/b", "b")}, "", false},
+		{"the Proxy's own, its Proxy gone", gone(ours, "", ""), []*egressv1.Proxy{px("u2", 1, 1, "x/b", "b")}, ReasonOrphan, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := newProxyView(tc.proxies)
