@@ -406,6 +406,11 @@ type ProxyStatus struct {
 	// Egress is how egressIP was observed.
 	// +optional
 	Egress *EgressObservation `json:"egress,omitempty"`
+	// EgressAddress is the address kept for the Proxy (spec.egressAddress)
+	// and the instance the operator last gave it to; a serving instance
+	// that is not that one gets it moved to it.
+	// +optional
+	EgressAddress *EgressAddressStatus `json:"egressAddress,omitempty"`
 	// ObservedGeneration is the generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -428,6 +433,15 @@ type ProxyStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// EgressAddressStatus is where a Proxy's kept egress address is.
+type EgressAddressStatus struct {
+	// Name is the address's name on the backend.
+	Name string `json:"name"`
+	// ProviderID is the instance that holds it.
+	// +optional
+	ProviderID string `json:"providerID,omitempty"`
 }
 
 // EgressObservation is how a Proxy's egress address was observed.

@@ -261,6 +261,9 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		if err := r.updateUsers(ctx, entry, inst.ID, req.ClientAuth); err != nil {
 			return r.failed(ctx, entry, px, req, err)
 		}
+		if inst, err = r.holdEgressAddress(ctx, entry, px, inst); err != nil {
+			return r.failed(ctx, entry, px, req, err)
+		}
 		r.running(px, inst)
 		// The instance the new one replaced goes now, in the same pass.
 		r.deleteSuperseded(ctx, entry, px)
@@ -278,6 +281,9 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 			return r.failed(ctx, entry, px, req, err)
 		}
 		if serves(started) {
+			if started, err = r.holdEgressAddress(ctx, entry, px, started); err != nil {
+				return r.failed(ctx, entry, px, req, err)
+			}
 			r.running(px, started)
 			return ctrl.Result{RequeueAfter: jitter(r.RunningResync)}
 		}
@@ -329,6 +335,9 @@ func (r *ProxyReconciler) observe(ctx context.Context, entry *registry.Entry, px
 		return provider.Instance{}, err
 	}
 	if serves(inst) && px.Status.RetiringProviderID != "" {
+		if inst, err = r.holdEgressAddress(ctx, entry, px, inst); err != nil {
+			return provider.Instance{}, err
+		}
 		r.running(px, inst)
 	}
 	return inst, nil

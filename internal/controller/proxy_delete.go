@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -30,6 +31,11 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, px *egressv1.Prox
 		return r.written(ctx, res, r.writeStatus(ctx, before, px))
 	}
 	r.forget(key(px))
+	if a := egressAddressOf(px); a != nil && a.Reserve && a.Retain && px.Status.EgressAddress != nil {
+		r.event(px, corev1.EventTypeNormal, ReasonEgressAddressRetained, "Delete",
+			"address %s stays reserved (reclaimPolicy Retain), labelled with this Proxy's UID; a new Proxy takes it over with spec.egressAddress.name: %s",
+			a.Name, a.Name)
+	}
 	controllerutil.RemoveFinalizer(px, Finalizer)
 	return r.written(ctx, ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, px)))
 }

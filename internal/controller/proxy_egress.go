@@ -1,14 +1,17 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 )
 
 // How status.egressIP is decided: from what the serving instance's
@@ -104,4 +107,58 @@ func describeSource(s provider.EgressSource) string {
 		return "the entry's egressIPEcho, asked through the proxy"
 	}
 	return string(s)
+}
+
+// ReasonEgressAddressMoved is the Normal event of a kept egress address
+// moved to the instance that serves now; ReasonEgressAddressRetained the
+// one of an address kept after its Proxy (reclaimPolicy Retain).
+const (
+	ReasonEgressAddressMoved    = "EgressAddressMoved"
+	ReasonEgressAddressRetained = "EgressAddressRetained"
+)
+
+// moveTimeout bounds one move of an egress address: a few backend
+// operations (gcp: three), each seconds on a real cloud. A move cut short
+// is taken up again by the next pass (MoveEgressAddress is idempotent).
+const moveTimeout = 2 * time.Minute
+
+// holdEgressAddress gives the instance that serves the Proxy its kept
+// egress address (spec.egressAddress), when its provider keeps one by
+// moving it and the status does not record it there yet: at a
+// replacement's cutover (from the retiring instance), after an autoheal
+// (from the instance the status last recorded) and once after the first
+// create (a read: the instance was made with it). It returns the instance
+// as read again after a move, since its address may be the moved one. A
+// failure leaves the retiring instance serving; the next pass tries again.
+func (r *ProxyReconciler) holdEgressAddress(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, inst provider.Instance) (provider.Instance, error) {
+	addr := egressAddressOf(px)
+	if addr == nil || entry.Mover == nil {
+		px.Status.EgressAddress = nil
+		return inst, nil
+	}
+	held := px.Status.EgressAddress
+	if held != nil && held.Name == addr.Name && held.ProviderID == inst.ID {
+		return inst, nil
+	}
+	from := px.Status.RetiringProviderID
+	if held != nil && held.Name == addr.Name && held.ProviderID != "" {
+		from = held.ProviderID
+	}
+	began := time.Now()
+	mctx, cancel := context.WithTimeout(ctx, moveTimeout)
+	err := entry.Mover.MoveEgressAddress(mctx, *addr, from, inst.ID)
+	cancel()
+	if err != nil {
+		return inst, err
+	}
+	px.Status.EgressAddress = &egressv1.EgressAddressStatus{Name: addr.Name, ProviderID: inst.ID}
+	if from != "" && from != inst.ID {
+		r.event(px, corev1.EventTypeNormal, ReasonEgressAddressMoved, "Replace", "address %s moved from instance %s to %s in %s",
+			addr.Name, from, inst.ID, time.Since(began).Round(100*time.Millisecond))
+	}
+	again, err := r.get(ctx, entry, inst.ID)
+	if err != nil {
+		return inst, err
+	}
+	return again, nil
 }

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,4 +127,87 @@ func TestEgressIP_ShownFromTheServingInstance(t *testing.T) {
 	if px.Status.EgressIP != "203.0.113.7" || c == nil || c.Reason != egressv1.EgressReasonEchoFailing || readyReason(px) != "True/Running" {
 		t.Fatalf("after the echo failed: egressIP %q, condition %+v, Ready %s (the echo does not bear on Ready)", px.Status.EgressIP, c, readyReason(px))
 	}
+}
+
+// TestEgressAddress_MovedAtCutover: a Proxy with spec.egressAddress on a
+// provider that moves it: the first instance is recorded as holding it
+// (its move is a no-op read), a replacement gets it moved from the old
+// instance at the cutover, before the old one is deleted (an Event says
+// so), and Retain names the address in an Event when the Proxy goes.
+func TestEgressAddress_MovedAtCutover(t *testing.T) {
+	entry, fp := fakeEntry("pool")
+	entry.Mover = fp
+	d := newDirect(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry}})
+	px := newProxy("partner", "pool")
+	px.Spec.EgressAddress = &egressv1.EgressAddressSpec{ReclaimPolicy: egressv1.ReclaimRetain}
+	d.create(px)
+	first := d.reconcileUntil("partner", 3, "Ready", hasReason("True/Running"))
+	name := provider.EgressAddressName(first.Namespace, first.Name, string(first.UID))
+	if first.Status.EgressAddress == nil || first.Status.EgressAddress.Name != name || first.Status.EgressAddress.ProviderID != first.Status.ProviderID {
+		t.Fatalf("status.egressAddress %+v, want %s on %s", first.Status.EgressAddress, name, first.Status.ProviderID)
+	}
+	if got := fp.CreateRequests()[0].EgressAddress; got == nil || *got != (provider.EgressAddress{Name: name, Reserve: true, Retain: true}) {
+		t.Fatalf("the create asked for %+v", got)
+	}
+
+	d.updateSpec("partner", func(s *egressv1.ProxySpec) { s.Port = 3129 })
+	second := d.reconcileUntil("partner", 6, "Ready on a new instance", func(px *egressv1.Proxy) bool {
+		return readyReason(px) == "True/Running" && px.Status.ProviderID != first.Status.ProviderID && px.Status.RetiringProviderID == ""
+	})
+	moves := fp.Backend().Moves()
+	want := []fake.Move{{Address: name, To: first.Status.ProviderID}, {Address: name, From: first.Status.ProviderID, To: second.Status.ProviderID}}
+	if !slices.Equal(moves, want) {
+		t.Fatalf("moves %+v, want %+v", moves, want)
+	}
+	if second.Status.EgressAddress == nil || second.Status.EgressAddress.ProviderID != second.Status.ProviderID {
+		t.Errorf("status.egressAddress %+v after the replacement", second.Status.EgressAddress)
+	}
+	if fp.Backend().AddressHolder(name) != second.Status.ProviderID {
+		t.Errorf("the address is on %s", fp.Backend().AddressHolder(name))
+	}
+	if evs := d.events(); !containsAny(evs, "Normal "+ReasonEgressAddressMoved) {
+		t.Errorf("no %s event: %q", ReasonEgressAddressMoved, evs)
+	}
+
+	if err := env.Client.Delete(context.Background(), second); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 6 && d.get("partner") != nil; i++ {
+		d.reconcile("partner")
+	}
+	if d.get("partner") != nil {
+		t.Fatal("the Proxy is not gone after 6 passes")
+	}
+	if evs := d.events(); !containsAny(evs, "Normal "+ReasonEgressAddressRetained) {
+		t.Errorf("no %s event: %q", ReasonEgressAddressRetained, evs)
+	}
+}
+
+// TestEgressAddress_FailedMoveKeepsTheOldInstance: a move that fails
+// leaves the retiring instance serving and recorded, and is tried again.
+func TestEgressAddress_FailedMoveKeepsTheOldInstance(t *testing.T) {
+	entry, fp := fakeEntry("pool")
+	entry.Mover = fp
+	d := newDirect(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry}})
+	px := newProxy("partner", "pool")
+	px.Spec.EgressAddress = &egressv1.EgressAddressSpec{}
+	d.create(px)
+	first := d.reconcileUntil("partner", 3, "Ready", hasReason("True/Running"))
+	fp.SetError(provider.OpMoveEgressAddress, provider.Errorf(provider.ErrTransient, "backend hiccup"))
+	d.updateSpec("partner", func(s *egressv1.ProxySpec) { s.Port = 3129 })
+	for i := 0; i < 4; i++ {
+		d.reconcile("partner")
+	}
+	px = d.get("partner")
+	if px.Status.RetiringProviderID != first.Status.ProviderID || !strings.HasPrefix(readyReason(px), "True/") || px.Status.EgressAddress.ProviderID != first.Status.ProviderID {
+		t.Fatalf("with the move failing: retiring %q, Ready %s, address on %+v; want %s retiring, serving and holding it",
+			px.Status.RetiringProviderID, readyReason(px), px.Status.EgressAddress, first.Status.ProviderID)
+	}
+	if _, ok := fp.Backend().Lookup(strings.TrimPrefix(first.Status.ProviderID, fake.ID(""))); !ok {
+		t.Fatal("the old instance was deleted before the address moved")
+	}
+	fp.SetError(provider.OpMoveEgressAddress, nil)
+	d.reconcileUntil("partner", 4, "cut over", func(px *egressv1.Proxy) bool {
+		return px.Status.RetiringProviderID == "" && readyReason(px) == "True/Running"
+	})
 }

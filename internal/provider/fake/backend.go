@@ -75,6 +75,10 @@ type Backend struct {
 	// secondaries and their serial: secondary.go.
 	secondaries     map[secondaryKey]*SecondaryRecord
 	secondarySerial uint64
+	// addresses are the egress addresses' holders by name, and moves
+	// what MoveEgressAddress did: egressaddress.go.
+	addresses map[string]string
+	moves     []Move
 }
 
 // NewBackend returns an empty backend whose clock is time.Now.
