@@ -136,7 +136,7 @@ func TestEgressIP_ShownFromTheServingInstance(t *testing.T) {
 // so), and Retain names the address in an Event when the Proxy goes.
 func TestEgressAddress_MovedAtCutover(t *testing.T) {
 	entry, fp := fakeEntry("pool")
-	entry.Mover = fp
+	entry.Mover = fake.Mover{Provider: fp}
 	d := newDirect(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry}})
 	px := newProxy("partner", "pool")
 	px.Spec.EgressAddress = &egressv1.EgressAddressSpec{ReclaimPolicy: egressv1.ReclaimRetain}
@@ -187,7 +187,7 @@ func TestEgressAddress_MovedAtCutover(t *testing.T) {
 // leaves the retiring instance serving and recorded, and is tried again.
 func TestEgressAddress_FailedMoveKeepsTheOldInstance(t *testing.T) {
 	entry, fp := fakeEntry("pool")
-	entry.Mover = fp
+	entry.Mover = fake.Mover{Provider: fp}
 	d := newDirect(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry}})
 	px := newProxy("partner", "pool")
 	px.Spec.EgressAddress = &egressv1.EgressAddressSpec{}

@@ -12,10 +12,16 @@ type Move struct {
 	Address, From, To string
 }
 
-// MoveEgressAddress gives instance toID the address (the fake keeps no
-// address otherwise: it records who holds it). An address already on toID
-// is no move. NotFound when toID is not there.
-func (p *Provider) MoveEgressAddress(ctx context.Context, addr provider.EgressAddress, fromID, toID string) error {
+// Mover is the fake as an EgressAddressMover, for the reconciler's tests
+// of the moves: it records who holds each address and nothing else (Get
+// reports no address, so the fake itself is no mover, and the conformance
+// suite holds it to the refusal of a provider that keeps none).
+type Mover struct{ *Provider }
+
+// MoveEgressAddress gives instance toID the address. An address already
+// on toID is no move. NotFound when toID is not there.
+func (m Mover) MoveEgressAddress(ctx context.Context, addr provider.EgressAddress, fromID, toID string) error {
+	p := m.Provider
 	if err := p.enter(ctx, provider.OpMoveEgressAddress); err != nil {
 		return err
 	}

@@ -51,10 +51,23 @@ func newMutantWorld(mode, installation string) (provider.Provider, providertest.
 func (w *mutantWorld) build(h *slowHook) provider.Provider {
 	p := fake.New("mutant", w.backend, provider.Options{InstallationID: w.installation})
 	h.hook = hook{p}
-	return &slowMutant{
+	m := &slowMutant{
 		mutant: &mutant{Provider: p, mode: w.mode, installation: w.installation},
 		known:  map[string]bool{}, awaiting: map[string]bool{}, failed: map[string]error{},
 	}
+	if w.mode == "claims-to-move" {
+		return claimsToMove{m}
+	}
+	return m
+}
+
+// claimsToMove says it moves egress addresses and keeps none: its
+// instances egress from whatever they have (the fake reports nothing), and
+// a move succeeds without changing that.
+type claimsToMove struct{ *slowMutant }
+
+func (claimsToMove) MoveEgressAddress(context.Context, provider.EgressAddress, string, string) error {
+	return nil
 }
 
 // slowHook is the fake's hook with the slow-create capabilities: holds and

@@ -36,6 +36,7 @@ var cases = []testCase{
 	{"BackgroundResultReachesNextCall", testBackgroundResultReachesNextCall},
 	{"ResumesAfterRestart", testResumesAfterRestart},
 	{"DeleteCancelsInFlightCreate", testDeleteCancelsInFlightCreate},
+	{"EgressAddressKeptAcrossInstances", testEgressAddressKeptAcrossInstances},
 }
 
 // CaseNames lists the suite's subtests, for a provider's test that wants

@@ -60,6 +60,7 @@ var mutants = []struct {
 	{"secondary-never-listed", "SecondaryWithoutInstanceIsCollectable"},
 	{"secondary-lists-every-installation", "SecondaryWithoutInstanceIsCollectable"},
 	{"secondary-delete-is-noop", "SecondaryWithoutInstanceIsCollectable"},
+	{"claims-to-move", "EgressAddressKeptAcrossInstances"},
 }
 
 const mutantEnv = "PROVIDERTEST_MUTANT"
