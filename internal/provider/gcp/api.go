@@ -50,6 +50,23 @@ type computeAPI interface {
 	ListFirewalls(ctx context.Context, filter string, each func(*computepb.Firewall)) error
 	WaitGlobalOperation(ctx context.Context, op string) (*computepb.Operation, error)
 
+	// AddAccessConfig and DeleteAccessConfig change the external address
+	// of an instance's network interface nic in place (the egress address's
+	// move).
+	AddAccessConfig(ctx context.Context, zone, name, nic string, ac *computepb.AccessConfig) (*computepb.Operation, error)
+	DeleteAccessConfig(ctx context.Context, zone, name, nic, accessConfig string) (*computepb.Operation, error)
+
+	// Regional static addresses (the egress address) and their regional
+	// operations.
+	GetAddress(ctx context.Context, region, name string) (*computepb.Address, error)
+	InsertAddress(ctx context.Context, region string, a *computepb.Address) (*computepb.Operation, error)
+	DeleteAddress(ctx context.Context, region, name string) (*computepb.Operation, error)
+	SetAddressLabels(ctx context.Context, region, name string, labels map[string]string, fingerprint string) (*computepb.Operation, error)
+	// ListAddresses reads every page of the aggregated list with filter,
+	// handing each scope's part of each page to each.
+	ListAddresses(ctx context.Context, filter string, each func(scope string, part *computepb.AddressesScopedList)) error
+	WaitRegionOperation(ctx context.Context, region, op string) (*computepb.Operation, error)
+
 	GetProject(ctx context.Context) (*computepb.Project, error)
 	GetRegion(ctx context.Context, region string) (*computepb.Region, error)
 
@@ -71,6 +88,8 @@ type sdkAPI struct {
 	globalOps  *compute.GlobalOperationsClient
 	projects   *compute.ProjectsClient
 	regions    *compute.RegionsClient
+	addresses  *compute.AddressesClient
+	regionOps  *compute.RegionOperationsClient
 	closeOnce  sync.Once
 	closeError error
 }
@@ -113,6 +132,12 @@ func newSDKAPI(project, fwProject, endpoint string, hc *http.Client) (*sdkAPI, e
 	if a.regions, err = compute.NewRegionsRESTClient(ctx, opts...); err != nil {
 		return nil, errors.Join(err, a.Close())
 	}
+	if a.addresses, err = compute.NewAddressesRESTClient(ctx, opts...); err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	if a.regionOps, err = compute.NewRegionOperationsRESTClient(ctx, opts...); err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
 	return a, nil
 }
 
@@ -121,7 +146,7 @@ func newSDKAPI(project, fwProject, endpoint string, hc *http.Client) (*sdkAPI, e
 func (a *sdkAPI) Close() error {
 	a.closeOnce.Do(func() {
 		var errs []error
-		for _, c := range []interface{ Close() error }{a.instances, a.zoneOps, a.firewalls, a.globalOps, a.projects, a.regions} {
+		for _, c := range []interface{ Close() error }{a.instances, a.zoneOps, a.firewalls, a.globalOps, a.projects, a.regions, a.addresses, a.regionOps} {
 			if c != nil && !isNilClient(c) {
 				errs = append(errs, c.Close())
 			}
@@ -145,6 +170,10 @@ func isNilClient(c interface{ Close() error }) bool {
 	case *compute.ProjectsClient:
 		return v == nil
 	case *compute.RegionsClient:
+		return v == nil
+	case *compute.AddressesClient:
+		return v == nil
+	case *compute.RegionOperationsClient:
 		return v == nil
 	}
 	return false
@@ -253,6 +282,62 @@ func (a *sdkAPI) ListFirewalls(ctx context.Context, filter string, each func(*co
 
 func (a *sdkAPI) WaitGlobalOperation(ctx context.Context, op string) (*computepb.Operation, error) {
 	return a.globalOps.Wait(ctx, &computepb.WaitGlobalOperationRequest{Project: a.fwProject, Operation: op})
+}
+
+func (a *sdkAPI) AddAccessConfig(ctx context.Context, zone, name, nic string, ac *computepb.AccessConfig) (*computepb.Operation, error) {
+	op, err := a.instances.AddAccessConfig(ctx, &computepb.AddAccessConfigInstanceRequest{
+		Project: a.project, Zone: zone, Instance: name, NetworkInterface: nic, AccessConfigResource: ac,
+	})
+	return protoOf(op, err)
+}
+
+func (a *sdkAPI) DeleteAccessConfig(ctx context.Context, zone, name, nic, accessConfig string) (*computepb.Operation, error) {
+	op, err := a.instances.DeleteAccessConfig(ctx, &computepb.DeleteAccessConfigInstanceRequest{
+		Project: a.project, Zone: zone, Instance: name, NetworkInterface: nic, AccessConfig: accessConfig,
+	})
+	return protoOf(op, err)
+}
+
+func (a *sdkAPI) GetAddress(ctx context.Context, region, name string) (*computepb.Address, error) {
+	return a.addresses.Get(ctx, &computepb.GetAddressRequest{Project: a.project, Region: region, Address: name})
+}
+
+func (a *sdkAPI) InsertAddress(ctx context.Context, region string, addr *computepb.Address) (*computepb.Operation, error) {
+	op, err := a.addresses.Insert(ctx, &computepb.InsertAddressRequest{Project: a.project, Region: region, AddressResource: addr})
+	return protoOf(op, err)
+}
+
+func (a *sdkAPI) DeleteAddress(ctx context.Context, region, name string) (*computepb.Operation, error) {
+	op, err := a.addresses.Delete(ctx, &computepb.DeleteAddressRequest{Project: a.project, Region: region, Address: name})
+	return protoOf(op, err)
+}
+
+func (a *sdkAPI) SetAddressLabels(ctx context.Context, region, name string, labels map[string]string, fingerprint string) (*computepb.Operation, error) {
+	op, err := a.addresses.SetLabels(ctx, &computepb.SetLabelsAddressRequest{
+		Project: a.project, Region: region, Resource: name,
+		RegionSetLabelsRequestResource: &computepb.RegionSetLabelsRequest{Labels: labels, LabelFingerprint: proto.String(fingerprint)},
+	})
+	return protoOf(op, err)
+}
+
+func (a *sdkAPI) ListAddresses(ctx context.Context, filter string, each func(string, *computepb.AddressesScopedList)) error {
+	it := a.addresses.AggregatedList(ctx, &computepb.AggregatedListAddressesRequest{
+		Project: a.project, Filter: proto.String(filter), MaxResults: proto.Uint32(pageSize),
+	})
+	for {
+		pair, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		each(pair.Key, pair.Value)
+	}
+}
+
+func (a *sdkAPI) WaitRegionOperation(ctx context.Context, region, op string) (*computepb.Operation, error) {
+	return a.regionOps.Wait(ctx, &computepb.WaitRegionOperationRequest{Project: a.project, Region: region, Operation: op})
 }
 
 func (a *sdkAPI) GetProject(ctx context.Context) (*computepb.Project, error) {
@@ -460,6 +545,55 @@ func (b *budgeted) WaitGlobalOperation(ctx context.Context, op string) (*compute
 	ctx, end := b.call(ctx, waitBudget)
 	defer end()
 	return b.inner.WaitGlobalOperation(ctx, op)
+}
+
+func (b *budgeted) AddAccessConfig(ctx context.Context, zone, name, nic string, ac *computepb.AccessConfig) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, writeBudget)
+	defer end()
+	return b.inner.AddAccessConfig(ctx, zone, name, nic, ac)
+}
+
+func (b *budgeted) DeleteAccessConfig(ctx context.Context, zone, name, nic, accessConfig string) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, writeBudget)
+	defer end()
+	return b.inner.DeleteAccessConfig(ctx, zone, name, nic, accessConfig)
+}
+
+func (b *budgeted) GetAddress(ctx context.Context, region, name string) (*computepb.Address, error) {
+	ctx, end := b.call(ctx, readBudget)
+	defer end()
+	return b.inner.GetAddress(ctx, region, name)
+}
+
+func (b *budgeted) InsertAddress(ctx context.Context, region string, a *computepb.Address) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, writeBudget)
+	defer end()
+	return b.inner.InsertAddress(ctx, region, a)
+}
+
+func (b *budgeted) DeleteAddress(ctx context.Context, region, name string) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, writeBudget)
+	defer end()
+	return b.inner.DeleteAddress(ctx, region, name)
+}
+
+func (b *budgeted) SetAddressLabels(ctx context.Context, region, name string, labels map[string]string, fingerprint string) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, writeBudget)
+	defer end()
+	return b.inner.SetAddressLabels(ctx, region, name, labels, fingerprint)
+}
+
+// ListAddresses, as ListInstances, has only its caller's ctx.
+func (b *budgeted) ListAddresses(ctx context.Context, filter string, each func(string, *computepb.AddressesScopedList)) error {
+	ctx, end := b.calls.begin(ctx)
+	defer end()
+	return b.inner.ListAddresses(ctx, filter, each)
+}
+
+func (b *budgeted) WaitRegionOperation(ctx context.Context, region, op string) (*computepb.Operation, error) {
+	ctx, end := b.call(ctx, waitBudget)
+	defer end()
+	return b.inner.WaitRegionOperation(ctx, region, op)
 }
 
 func (b *budgeted) GetProject(ctx context.Context) (*computepb.Project, error) {

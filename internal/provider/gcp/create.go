@@ -51,6 +51,9 @@ type plan struct {
 	// ruleRanges are the IPv4 ranges the firewall rule admits, canonical
 	// and sorted; empty: no rule.
 	ruleRanges []string
+	// natIP is the egress address the insert names (set by the create
+	// step once the address is known); "": an ephemeral address.
+	natIP, natTier string
 }
 
 // Create makes the instance named req.Name in the zone placement names,
@@ -200,6 +203,15 @@ func (p *Provider) adopt(ctx context.Context, api computeAPI, pl plan, req provi
 // leaves no instance, and the next insert uses the next request ID.
 func (p *Provider) createStep(ctx context.Context, api computeAPI, pl plan, req provider.CreateRequest, progress func(string)) error {
 	log := logr.FromContextOrDiscard(ctx)
+	if req.EgressAddress != nil {
+		// First: the step most likely refused (the address another's),
+		// which then leaves no rule behind.
+		a, err := p.ensureEgressAddress(ctx, api, pl, req, progress)
+		if err != nil {
+			return reclassify(err, notFoundIsTransient(err), "egress address of instance "+req.Name)
+		}
+		pl.natIP, pl.natTier = a.GetAddress(), a.GetNetworkTier()
+	}
 	if p.cfg.managesFirewall() {
 		progress(progressFirewall)
 		if err := p.ensureRule(ctx, api, pl, req, true); err != nil {
@@ -234,6 +246,11 @@ func (p *Provider) createStep(ctx context.Context, api computeAPI, pl plan, req 
 		return reclassify(err, notFoundIsTransient(err), "following the insert of instance "+req.Name)
 	}
 	if err := opError(op, what); err != nil {
+		if pl.natIP != "" && ipTakenMeanwhile(op) {
+			// Another resource took the egress address since the step read
+			// it free: the next Create reads who has it.
+			err = reclassify(err, provider.ErrTransient, "the egress address was taken meanwhile")
+		}
 		p.insertFailed(req.Name, err)
 		log.V(1).Info("gcp insert failed after it was accepted", "operation", op.GetName(), "codes", opCodes(op),
 			"httpErrorStatusCode", op.GetHttpErrorStatusCode(), "class", provider.ClassName(err))
@@ -336,7 +353,16 @@ func (p *Provider) buildInstance(pl plan, req provider.CreateRequest) *computepb
 		nic.Subnetwork = proto.String(p.sub.path(p.cfg.Project, pl.region))
 	}
 	if p.cfg.AddressMode == AddressExternal {
-		nic.AccessConfigs = []*computepb.AccessConfig{{Name: proto.String("External NAT"), Type: proto.String("ONE_TO_ONE_NAT")}}
+		ac := &computepb.AccessConfig{Name: proto.String(externalNATName), Type: proto.String(oneToOneNAT)}
+		if pl.natIP != "" {
+			// The address's tier: an access config of another tier is
+			// refused.
+			ac.NatIP = proto.String(pl.natIP)
+			if pl.natTier != "" {
+				ac.NetworkTier = proto.String(pl.natTier)
+			}
+		}
+		nic.AccessConfigs = []*computepb.AccessConfig{ac}
 	}
 	in := &computepb.Instance{
 		Name:        proto.String(req.Name),
@@ -380,8 +406,15 @@ func describeInsert(in *computepb.Instance) map[string]any {
 		"name": in.GetName(), "machineType": in.GetMachineType(), "labels": in.GetLabels(), "tags": in.GetTags().GetItems(),
 		"image": in.GetDisks()[0].GetInitializeParams().GetSourceImage(), "diskSizeGb": in.GetDisks()[0].GetInitializeParams().GetDiskSizeGb(),
 		"diskType": in.GetDisks()[0].GetInitializeParams().GetDiskType(), "network": nic.GetNetwork(), "subnetwork": nic.GetSubnetwork(),
-		"externalIP": len(nic.GetAccessConfigs()) > 0, "serviceAccounts": len(in.GetServiceAccounts()), "metadata": meta,
+		"externalIP": len(nic.GetAccessConfigs()) > 0, "natIP": natIPOf(nic), "serviceAccounts": len(in.GetServiceAccounts()), "metadata": meta,
 	}
+}
+
+func natIPOf(nic *computepb.NetworkInterface) string {
+	if acs := nic.GetAccessConfigs(); len(acs) > 0 {
+		return acs[0].GetNatIP()
+	}
+	return ""
 }
 
 // resolve checks a request against the config without any call: the zone
@@ -400,6 +433,9 @@ func (p *Provider) resolve(req provider.CreateRequest) (plan, error) {
 		return plan{}, err
 	}
 	if err := checkLabelValue("the installation ID", p.opts.InstallationID); err != nil {
+		return plan{}, err
+	}
+	if err := p.checkEgressAddress(req.EgressAddress); err != nil {
 		return plan{}, err
 	}
 	if pl.zone, err = p.placeZone(req.Placement); err != nil {

@@ -23,6 +23,10 @@
 //     marks.go (labels; the firewall rules' description marks), state.go.
 //   - create.go, get.go, delete.go, list.go (ListByTag, and the firewall
 //     rules as secondary resources), firewall.go, operations.go.
+//   - address.go: the egress address (spec.egressAddress): reserved or
+//     the user's, named as natIP on insert, moved between a Proxy's
+//     instances (MoveEgressAddress), and the reserved ones as secondary
+//     resources.
 //   - serving.go: the serving signal, the guest's report in the guest
 //     attribute egress-proxy/report (the startup script installs its
 //     reporter), read at most once per instance per report interval.

@@ -29,7 +29,8 @@ const PollInterval = 10 * time.Second
 
 // Provider runs instances as Compute Engine VMs in one project. It
 // implements provider.Provider, provider.Checker, provider.SecondaryLister
-// (the managed firewall rules) and io.Closer.
+// (the managed firewall rules and reserved egress addresses),
+// provider.EgressAddressMover (address.go) and io.Closer.
 type Provider struct {
 	name string
 	opts provider.Options
@@ -96,10 +97,11 @@ type Provider struct {
 }
 
 var (
-	_ provider.Provider        = (*Provider)(nil)
-	_ provider.Checker         = (*Provider)(nil)
-	_ provider.SecondaryLister = (*Provider)(nil)
-	_ io.Closer                = (*Provider)(nil)
+	_ provider.Provider           = (*Provider)(nil)
+	_ provider.Checker            = (*Provider)(nil)
+	_ provider.SecondaryLister    = (*Provider)(nil)
+	_ provider.EgressAddressMover = (*Provider)(nil)
+	_ io.Closer                   = (*Provider)(nil)
 )
 
 type insertMemo struct {

@@ -54,6 +54,33 @@ func parseRuleID(id string) (name string, ruleID uint64, err error) {
 		"malformed secondary resource ID %q: want %s/<rule name>/<rule id>", id, idFirewalls)
 }
 
+// A reserved egress address's secondary ID is
+// regions/<region>/addresses/<name>/<address's numeric id>: its path, so it
+// never reads as a rule's ID, and the numeric id, so an address reserved
+// again under the name since is never deleted by an old verdict.
+const (
+	idRegions   = "regions"
+	idAddresses = "addresses"
+)
+
+func formatAddressID(region, name string, id uint64) string {
+	return idRegions + "/" + region + "/" + idAddresses + "/" + name + "/" + strconv.FormatUint(id, 10)
+}
+
+// isAddressID tells an address's secondary ID from a rule's.
+func isAddressID(id string) bool { return strings.HasPrefix(id, idRegions+"/") }
+
+func parseAddressID(id string) (region, name string, addrID uint64, err error) {
+	parts := strings.Split(id, "/")
+	if len(parts) == 5 && parts[0] == idRegions && regionName.MatchString(parts[1]) && parts[2] == idAddresses && gceName.MatchString(parts[3]) {
+		if n, perr := strconv.ParseUint(parts[4], 10, 64); perr == nil && n > 0 && strconv.FormatUint(n, 10) == parts[4] {
+			return parts[1], parts[3], n, nil
+		}
+	}
+	return "", "", 0, provider.Errorf(provider.ErrPermanent,
+		"malformed secondary resource ID %q: want %s/<region>/%s/<address name>/<address id>", id, idRegions, idAddresses)
+}
+
 // regionOf is the region of a zone (us-central1-a: us-central1).
 func regionOf(zone string) string {
 	if m := zoneName.FindStringSubmatch(zone); m != nil {

@@ -118,11 +118,14 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	return out, nil
 }
 
-// Kind of the secondary resources.
+// Kind of the secondary resources (and kindAddress).
 const kindFirewallRule = "firewall-rule"
 
 // ListSecondary lists this installation's firewall rules (the marks in
-// their descriptions), each with its instance and InstanceGone when the
+// their descriptions) and the egress addresses it reserved that go with
+// their Proxy (address.go: Instance empty, InstanceGone true; a retained
+// or a user's address is never listed). Each rule comes with its
+// instance and InstanceGone when the
 // instance's zone was listed and holds no instance of that name (ours or
 // not) and no create step for it runs here. The rules are listed first and
 // the instances after, so an instance made in between is seen; a rule of a
@@ -149,8 +152,12 @@ func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 	if err != nil {
 		return nil, classify(err, call{what: "listing firewall rules"})
 	}
+	addresses, err := p.listAddressSecondaries(ctx, api)
+	if err != nil {
+		return nil, err
+	}
 	if len(rules) == 0 {
-		return nil, nil
+		return addresses, nil
 	}
 	// A create step that ends while the zones are listed inserted its
 	// instance after the listing read that zone: a step running before the
@@ -188,16 +195,20 @@ func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 		s.CreatedAt, _ = createdAt(r.fw.GetCreationTimestamp())
 		out = append(out, s)
 	}
-	return out, nil
+	return append(out, addresses...), nil
 }
 
-// DeleteSecondary deletes one firewall rule, under its instance's lock
+// DeleteSecondary deletes one reserved egress address
+// (deleteAddressSecondary) or one firewall rule, the rule under its instance's lock
 // and only while that instance is still gone and the rule is still the one
 // listed (its numeric ID): a Create that began since the collector judged
 // it would otherwise lose its rule.
 func (p *Provider) DeleteSecondary(ctx context.Context, id string) error {
 	if err := provider.CtxErr(ctx, p.name, provider.OpDeleteSecondary); err != nil {
 		return err
+	}
+	if isAddressID(id) {
+		return p.deleteAddressSecondary(ctx, id)
 	}
 	name, ruleID, err := parseRuleID(id)
 	if err != nil {

@@ -35,6 +35,13 @@ func waitGlobalOp(ctx context.Context, api computeAPI, op *computepb.Operation, 
 	})
 }
 
+// waitRegionOp is waitZoneOp for a regional operation (addresses).
+func waitRegionOp(ctx context.Context, api computeAPI, region string, op *computepb.Operation, what string) (*computepb.Operation, error) {
+	return waitOp(ctx, op, what, func(ctx context.Context) (*computepb.Operation, error) {
+		return api.WaitRegionOperation(ctx, region, op.GetName())
+	})
+}
+
 func waitOp(ctx context.Context, op *computepb.Operation, what string, wait func(context.Context) (*computepb.Operation, error)) (*computepb.Operation, error) {
 	pause := waitPauseMin
 	for op.GetStatus() != computepb.Operation_DONE {
