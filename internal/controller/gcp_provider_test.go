@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"cloud.google.com/go/compute/apiv1/computepb"
+	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -19,6 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/controller/gc"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp/fakecompute"
@@ -358,3 +363,192 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	g.next.ServeHTTP(w, r)
 }
+
+// reportServing publishes, as the guest's reporter does once its VM runs,
+// that the proxy of the instance id answers; an error says the instance
+// does not run (yet), so no guest could.
+func reportServing(gce *gcptest.Env, id string) error {
+	zone, name, _ := strings.Cut(strings.TrimPrefix(id, "zones/"), "/instances/")
+	now := time.Now()
+	return gce.Fake.SetGuestAttribute(gce.Project, zone, name, servingreport.GuestAttributeNamespace, servingreport.GuestAttributeKey,
+		servingreport.Format(servingreport.Report{Serving: true, Checked: now, Answered: now, CloudInit: servingreport.CloudInitDone}))
+}
+
+// TestGCPEgressAddressKeptThroughAReplacement: on the real API server,
+// with the real gcp provider over the fake Compute API: a Proxy with
+// spec.egressAddress gets an address reserved for it and its instance
+// made with it (status.ip, status.endpoint and status.egressIP are that
+// address); a spec change brings a new instance up on an address of its
+// own while the old one serves, then the address moves to it (the request
+// log of the move is logged, with its calls) and the old instance goes:
+// the endpoint and the egress address are the same after. Deleting the
+// Proxy (reclaimPolicy Delete) deletes the address after the instance; a
+// Retain Proxy's address stays, labelled.
+func TestGCPEgressAddressKeptThroughAReplacement(t *testing.T) {
+	gce := gcptest.New(t)
+	p, err := gcp.New("gce", gcp.Config{Project: gce.Project, Endpoint: gce.Endpoint(), CredentialsFile: gce.KeyFile,
+		DefaultZone: "us-central1-a"}, providerOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	b := provider.WithBoundary("gce", gcp.Type, p)
+	entry := &registry.Entry{Name: "gce", Type: gcp.Type, Provider: b.Provider, Checker: b.Checker,
+		Secondary: b.Secondary, Mover: b.Mover, PollInterval: 50 * time.Millisecond}
+	if entry.Mover == nil {
+		t.Fatal("the gcp provider is no EgressAddressMover")
+	}
+	d := newDirect(t, &staticProviders{entries: map[string]*registry.Entry{"gce": entry}})
+
+	for _, reclaim := range []string{egressv1.ReclaimDelete, egressv1.ReclaimRetain} {
+		t.Run(reclaim, func(t *testing.T) {
+			name := "partner-" + strings.ToLower(reclaim)
+			px := newProxy(name, "gce")
+			px.Spec.EgressAddress = &egressv1.EgressAddressSpec{ReclaimPolicy: reclaim}
+			d.create(px)
+			readyOn := func(what string, cond func(*egressv1.Proxy) bool) *egressv1.Proxy {
+				var got *egressv1.Proxy
+				testenv.Eventually(t, what, func() bool {
+					d.reconcile(name)
+					got = d.get(name)
+					if got.Status.ProviderID != "" {
+						_ = reportServing(gce, got.Status.ProviderID) // until its VM runs
+					}
+					return cond(got)
+				})
+				return got
+			}
+			first := readyOn("Ready", func(px *egressv1.Proxy) bool {
+				return readyReason(px) == "True/Running" && px.Status.EgressIP != ""
+			})
+			region := "us-central1"
+			addrName := provider.EgressAddressName(first.Namespace, first.Name, string(first.UID))
+			addr := gce.Fake.Address(gce.Project, region, addrName)
+			if addr == nil || addr.GetStatus() != "IN_USE" || first.Status.IP != addr.GetAddress() || first.Status.EgressIP != addr.GetAddress() {
+				t.Fatalf("address %v; status.ip %s, egressIP %s", addr, first.Status.IP, first.Status.EgressIP)
+			}
+			before := len(gce.Fake.Requests())
+
+			d.updateSpec(name, func(s *egressv1.ProxySpec) { s.Port = 3129 })
+			second := readyOn("Ready on a new instance, the old one gone", func(px *egressv1.Proxy) bool {
+				return readyReason(px) == "True/Running" && px.Status.ProviderID != first.Status.ProviderID &&
+					px.Status.RetiringProviderID == "" && len(px.Status.SupersededProviderIDs) == 0
+			})
+			var moveLog []string
+			for _, r := range gce.Fake.Requests()[before:] {
+				if r.Method != http.MethodGet && !strings.HasSuffix(r.Path, "/wait") {
+					moveLog = append(moveLog, r.String())
+				}
+			}
+			t.Logf("the replacement's writes (%d):\n  %s", len(moveLog), strings.Join(moveLog, "\n  "))
+			if second.Status.IP != addr.GetAddress() || second.Status.Endpoint != addr.GetAddress()+":3129" || second.Status.EgressIP != addr.GetAddress() {
+				t.Fatalf("after the replacement: ip %s, endpoint %s, egressIP %s; want the kept address %s",
+					second.Status.IP, second.Status.Endpoint, second.Status.EgressIP, addr.GetAddress())
+			}
+			if evs := d.events(); !containsAny(evs, "Normal "+ReasonEgressAddressMoved) {
+				t.Errorf("no %s event: %q", ReasonEgressAddressMoved, evs)
+			}
+
+			if err := env.Client.Delete(context.Background(), second); err != nil {
+				t.Fatal(err)
+			}
+			testenv.EventuallyNil(t, "the Proxy gone", func() error {
+				d.reconcile(name)
+				if px := d.get(name); px != nil {
+					return fmt.Errorf("Ready %s: %s", readyReason(px), meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady).Message)
+				}
+				return nil
+			})
+			left := gce.Fake.Address(gce.Project, region, addrName)
+			switch reclaim {
+			case egressv1.ReclaimDelete:
+				if left != nil {
+					t.Errorf("reclaimPolicy Delete: the address is left: %v", left)
+				}
+			case egressv1.ReclaimRetain:
+				if left == nil || left.GetStatus() != "RESERVED" || left.GetLabels()[provider.MarkUID] != string(second.UID) {
+					t.Errorf("reclaimPolicy Retain: the address after the Proxy: %v", left)
+				}
+				if evs := d.events(); !containsAny(evs, "Normal "+ReasonEgressAddressRetained) {
+					t.Errorf("no %s event: %q", ReasonEgressAddressRetained, evs)
+				}
+			}
+		})
+	}
+}
+
+// TestGCPOrphanedEgressAddressCollected: a Proxy that vanished without its
+// finalizer (removed by hand) leaves its instance and the address reserved
+// for it; the collector deletes the instance, then, once no instance holds
+// it, the address, as orphans past the grace. A user's address beside it
+// is never touched.
+func TestGCPOrphanedEgressAddressCollected(t *testing.T) {
+	gce := gcptest.New(t)
+	p, err := gcp.New("gce", gcp.Config{Project: gce.Project, Endpoint: gce.Endpoint(), CredentialsFile: gce.KeyFile,
+		DefaultZone: "us-central1-a"}, providerOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	b := provider.WithBoundary("gce", gcp.Type, p)
+	entry := &registry.Entry{Name: "gce", Type: gcp.Type, Provider: b.Provider, Checker: b.Checker,
+		Secondary: b.Secondary, Mover: b.Mover, PollInterval: 50 * time.Millisecond}
+	providers := &staticProviders{entries: map[string]*registry.Entry{"gce": entry}}
+	d := newDirect(t, providers)
+	px := newProxy("orphan", "gce")
+	px.Spec.EgressAddress = &egressv1.EgressAddressSpec{}
+	d.create(px)
+	testenv.Eventually(t, "the instance made with its address", func() bool {
+		d.reconcile("orphan")
+		got := d.get("orphan")
+		if got.Status.ProviderID != "" {
+			_ = reportServing(gce, got.Status.ProviderID)
+		}
+		return readyReason(got) == "True/Running"
+	})
+	px = d.get("orphan")
+	addrName := provider.EgressAddressName(px.Namespace, px.Name, string(px.UID))
+	if err := gce.Fake.PutAddress(gce.Project, "us-central1", &computepb.Address{Name: proto.String("users-own"), AddressType: proto.String("EXTERNAL")}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Gone by hand: the finalizer removed, the Proxy deleted.
+	px.Finalizers = nil
+	if err := env.Client.Update(context.Background(), px); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(context.Background(), px); err != nil {
+		t.Fatal(err)
+	}
+	c := &gc.Collector{Reader: env.Client, Providers: entryList{entry}, WaitForCacheSync: func(context.Context) bool { return true },
+		Interval: time.Minute, Grace: time.Nanosecond, CallTimeout: 10 * time.Second}
+	var collected []string
+	testenv.Eventually(t, "the orphaned address collected", func() bool {
+		for _, res := range c.CollectOnce(context.Background()) {
+			for _, a := range res.Actions {
+				collected = append(collected, "instance "+a.ID+" ("+string(a.Reason)+")")
+			}
+			for _, a := range res.SecondaryActions {
+				collected = append(collected, a.Kind+" "+a.ID+" ("+string(a.Reason)+")")
+			}
+		}
+		return gce.Fake.Address(gce.Project, "us-central1", addrName) == nil
+	})
+	t.Logf("collected: %v", collected)
+	if !slices.ContainsFunc(collected, func(a string) bool {
+		return strings.HasPrefix(a, "address regions/us-central1/addresses/"+addrName+"/") && strings.HasSuffix(a, "(orphan)")
+	}) || !slices.Contains(collected, "instance "+px.Status.ProviderID+" (orphan)") {
+		t.Errorf("the collector's actions %v do not name the instance and the address as orphans", collected)
+	}
+	if gce.Fake.Instance(gce.Project, "us-central1-a", px.Status.InstanceName) != nil {
+		t.Error("the orphaned instance is left")
+	}
+	if gce.Fake.Address(gce.Project, "us-central1", "users-own") == nil {
+		t.Error("the user's own address was collected")
+	}
+}
+
+// entryList gives the collector its entries.
+type entryList []*registry.Entry
+
+func (l entryList) Entries() []*registry.Entry { return l }

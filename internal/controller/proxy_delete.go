@@ -77,14 +77,14 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 	// deletion pass lists; concurrent passes share the listings (sweep.go).
 	found, err := r.ownedUnrecorded(ctx, entry, px, ids)
 	if err == nil {
-		err = r.deleteOwnedSecondaries(ctx, entry, px, append(ids, found...))
+		err = r.deleteOwnedSecondaries(ctx, entry, px, append(ids, found...), instancesOnes)
 	}
 	if err != nil {
 		return r.failedDelete(ctx, px, err), false
 	}
 	ids = append(ids, found...)
 	if len(ids) == 0 {
-		return ctrl.Result{}, true
+		return r.deleteProxyOwn(ctx, entry, px)
 	}
 	r.report(px, observation{seen: deletingInstance, id: ids[0]})
 
@@ -113,8 +113,33 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 	if remaining > 0 {
 		return ctrl.Result{RequeueAfter: entry.PollInterval}, false
 	}
+	return r.deleteProxyOwn(ctx, entry, px)
+}
+
+// deleteProxyOwn deletes, once every instance is gone, the secondary
+// resources that belong to the Proxy rather than to an instance: the egress
+// address reserved for it (no backend deletes one an instance holds). Only
+// a Proxy that asks for one pays the listing; what an earlier spec reserved
+// is the collector's, as an orphan, once the Proxy is gone.
+func (r *ProxyReconciler) deleteProxyOwn(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy) (ctrl.Result, bool) {
+	if a := egressAddressOf(px); a == nil || !a.Reserve || a.Retain {
+		return ctrl.Result{}, true
+	}
+	if err := r.deleteOwnedSecondaries(ctx, entry, px, nil, proxysOwn); err != nil {
+		return r.failedDelete(ctx, px, err), false
+	}
 	return ctrl.Result{}, true
 }
+
+// Which of a Proxy's secondary resources a deletion step deletes.
+type secondaryScope int
+
+const (
+	// instancesOnes: those of an instance (named, or with an ID).
+	instancesOnes secondaryScope = iota
+	// proxysOwn: those of the Proxy itself (neither).
+	proxysOwn
+)
 
 // ownedUnrecorded lists the provider's instances and returns those that
 // carry the Proxy's UID and are not in recorded.
@@ -141,7 +166,7 @@ func (r *ProxyReconciler) ownedUnrecorded(ctx context.Context, entry *registry.E
 // Proxy's UID and belong to none of the instances in ids (their Delete
 // takes those with them). A provider without secondary resources costs
 // nothing.
-func (r *ProxyReconciler) deleteOwnedSecondaries(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, ids []string) error {
+func (r *ProxyReconciler) deleteOwnedSecondaries(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, ids []string, scope secondaryScope) error {
 	if entry.Secondary == nil {
 		return nil
 	}
@@ -152,7 +177,8 @@ func (r *ProxyReconciler) deleteOwnedSecondaries(ctx context.Context, entry *reg
 		return err
 	}
 	for _, s := range secs {
-		if s.Marks.UID != string(px.UID) || slices.Contains(ids, s.InstanceID) {
+		own := s.Instance == "" && s.InstanceID == ""
+		if s.Marks.UID != string(px.UID) || own != (scope == proxysOwn) || (!own && slices.Contains(ids, s.InstanceID)) {
 			continue
 		}
 		logr.FromContextOrDiscard(ctx).Info("deleting a secondary resource of the Proxy that no recorded instance accounts for",
