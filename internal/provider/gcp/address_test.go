@@ -81,9 +81,7 @@ func addressSecondaries(t *testing.T, p *Provider) []provider.Secondary {
 // Get reports it as the IP and as the egress address from the backend. A
 // later Create with another reclaim policy rewrites the label.
 func TestEgressAddressReservedAndUsed(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	env, p, b := newBoundedTestProvider(t)
 	req := reservedRequest("reserved", false)
 	name := req.EgressAddress.Name
 	inst := createRunning(t, b, req)
@@ -137,9 +135,7 @@ func TestEgressAddressReservedAndUsed(t *testing.T) {
 // it over (the request log is printed with its count and time); a second
 // move is one read.
 func TestEgressAddressMovesAtTheReplacement(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	env, p, b := newBoundedTestProvider(t)
 	req := reservedRequest("moving", false)
 	ea := *req.EgressAddress
 	first := createRunning(t, b, req)
@@ -228,9 +224,7 @@ func TestEgressAddressMovesAtTheReplacement(t *testing.T) {
 // while an instance holds it is Transient, and once the instance is gone
 // it is deleted.
 func TestEgressAddressSecondary(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	env, p, b := newBoundedTestProvider(t)
 	keep := reservedRequest("keep", true)
 	createRunning(t, b, keep)
 	if list := addressSecondaries(t, p); len(list) != 0 {
@@ -294,9 +288,7 @@ func TestEgressAddressSecondary(t *testing.T) {
 // another region, one that does not exist and one another Proxy's
 // instance holds are Permanent, each naming what is wrong.
 func TestEgressAddressUsersOwn(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	env, p, b := newBoundedTestProvider(t)
 	put := func(region, name, typ string) *computepb.Address {
 		t.Helper()
 		if err := env.Fake.PutAddress(testProject, region, &computepb.Address{Name: proto.String(name), AddressType: proto.String(typ),

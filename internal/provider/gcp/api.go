@@ -184,35 +184,30 @@ func (a *sdkAPI) GetInstance(ctx context.Context, zone, name string) (*computepb
 }
 
 func (a *sdkAPI) InsertInstance(ctx context.Context, zone string, in *computepb.Instance, requestID string) (*computepb.Operation, error) {
-	op, err := a.instances.Insert(ctx, &computepb.InsertInstanceRequest{
+	return protoOf(a.instances.Insert(ctx, &computepb.InsertInstanceRequest{
 		Project: a.project, Zone: zone, InstanceResource: in, RequestId: proto.String(requestID),
-	})
-	return protoOf(op, err)
+	}))
 }
 
 func (a *sdkAPI) DeleteInstance(ctx context.Context, zone, name, requestID string) (*computepb.Operation, error) {
-	op, err := a.instances.Delete(ctx, &computepb.DeleteInstanceRequest{
+	return protoOf(a.instances.Delete(ctx, &computepb.DeleteInstanceRequest{
 		Project: a.project, Zone: zone, Instance: name, RequestId: proto.String(requestID),
-	})
-	return protoOf(op, err)
+	}))
 }
 
 func (a *sdkAPI) StartInstance(ctx context.Context, zone, name string) (*computepb.Operation, error) {
-	op, err := a.instances.Start(ctx, &computepb.StartInstanceRequest{Project: a.project, Zone: zone, Instance: name})
-	return protoOf(op, err)
+	return protoOf(a.instances.Start(ctx, &computepb.StartInstanceRequest{Project: a.project, Zone: zone, Instance: name}))
 }
 
 func (a *sdkAPI) ResumeInstance(ctx context.Context, zone, name string) (*computepb.Operation, error) {
-	op, err := a.instances.Resume(ctx, &computepb.ResumeInstanceRequest{Project: a.project, Zone: zone, Instance: name})
-	return protoOf(op, err)
+	return protoOf(a.instances.Resume(ctx, &computepb.ResumeInstanceRequest{Project: a.project, Zone: zone, Instance: name}))
 }
 
 func (a *sdkAPI) SetInstanceLabels(ctx context.Context, zone, name string, labels map[string]string, fingerprint string) (*computepb.Operation, error) {
-	op, err := a.instances.SetLabels(ctx, &computepb.SetLabelsInstanceRequest{
+	return protoOf(a.instances.SetLabels(ctx, &computepb.SetLabelsInstanceRequest{
 		Project: a.project, Zone: zone, Instance: name,
 		InstancesSetLabelsRequestResource: &computepb.InstancesSetLabelsRequest{Labels: labels, LabelFingerprint: proto.String(fingerprint)},
-	})
-	return protoOf(op, err)
+	}))
 }
 
 func (a *sdkAPI) GetGuestAttributes(ctx context.Context, zone, name, queryPath string) (*computepb.GuestAttributes, error) {
@@ -225,16 +220,7 @@ func (a *sdkAPI) ListInstances(ctx context.Context, filter string, each func(str
 	it := a.instances.AggregatedList(ctx, &computepb.AggregatedListInstancesRequest{
 		Project: a.project, Filter: proto.String(filter), MaxResults: proto.Uint32(pageSize),
 	})
-	for {
-		pair, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		each(pair.Key, pair.Value)
-	}
+	return drain(it.Next, func(pair compute.InstancesScopedListPair) { each(pair.Key, pair.Value) })
 }
 
 func (a *sdkAPI) WaitZoneOperation(ctx context.Context, zone, op string) (*computepb.Operation, error) {
@@ -250,34 +236,22 @@ func (a *sdkAPI) GetFirewall(ctx context.Context, name string) (*computepb.Firew
 }
 
 func (a *sdkAPI) InsertFirewall(ctx context.Context, fw *computepb.Firewall) (*computepb.Operation, error) {
-	op, err := a.firewalls.Insert(ctx, &computepb.InsertFirewallRequest{Project: a.fwProject, FirewallResource: fw})
-	return protoOf(op, err)
+	return protoOf(a.firewalls.Insert(ctx, &computepb.InsertFirewallRequest{Project: a.fwProject, FirewallResource: fw}))
 }
 
 func (a *sdkAPI) UpdateFirewall(ctx context.Context, name string, fw *computepb.Firewall) (*computepb.Operation, error) {
-	op, err := a.firewalls.Update(ctx, &computepb.UpdateFirewallRequest{Project: a.fwProject, Firewall: name, FirewallResource: fw})
-	return protoOf(op, err)
+	return protoOf(a.firewalls.Update(ctx, &computepb.UpdateFirewallRequest{Project: a.fwProject, Firewall: name, FirewallResource: fw}))
 }
 
 func (a *sdkAPI) DeleteFirewall(ctx context.Context, name string) (*computepb.Operation, error) {
-	op, err := a.firewalls.Delete(ctx, &computepb.DeleteFirewallRequest{Project: a.fwProject, Firewall: name})
-	return protoOf(op, err)
+	return protoOf(a.firewalls.Delete(ctx, &computepb.DeleteFirewallRequest{Project: a.fwProject, Firewall: name}))
 }
 
 func (a *sdkAPI) ListFirewalls(ctx context.Context, filter string, each func(*computepb.Firewall)) error {
 	it := a.firewalls.List(ctx, &computepb.ListFirewallsRequest{
 		Project: a.fwProject, Filter: proto.String(filter), MaxResults: proto.Uint32(pageSize),
 	})
-	for {
-		fw, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		each(fw)
-	}
+	return drain(it.Next, each)
 }
 
 func (a *sdkAPI) WaitGlobalOperation(ctx context.Context, op string) (*computepb.Operation, error) {
@@ -285,17 +259,15 @@ func (a *sdkAPI) WaitGlobalOperation(ctx context.Context, op string) (*computepb
 }
 
 func (a *sdkAPI) AddAccessConfig(ctx context.Context, zone, name, nic string, ac *computepb.AccessConfig) (*computepb.Operation, error) {
-	op, err := a.instances.AddAccessConfig(ctx, &computepb.AddAccessConfigInstanceRequest{
+	return protoOf(a.instances.AddAccessConfig(ctx, &computepb.AddAccessConfigInstanceRequest{
 		Project: a.project, Zone: zone, Instance: name, NetworkInterface: nic, AccessConfigResource: ac,
-	})
-	return protoOf(op, err)
+	}))
 }
 
 func (a *sdkAPI) DeleteAccessConfig(ctx context.Context, zone, name, nic, accessConfig string) (*computepb.Operation, error) {
-	op, err := a.instances.DeleteAccessConfig(ctx, &computepb.DeleteAccessConfigInstanceRequest{
+	return protoOf(a.instances.DeleteAccessConfig(ctx, &computepb.DeleteAccessConfigInstanceRequest{
 		Project: a.project, Zone: zone, Instance: name, NetworkInterface: nic, AccessConfig: accessConfig,
-	})
-	return protoOf(op, err)
+	}))
 }
 
 func (a *sdkAPI) GetAddress(ctx context.Context, region, name string) (*computepb.Address, error) {
@@ -303,37 +275,25 @@ func (a *sdkAPI) GetAddress(ctx context.Context, region, name string) (*computep
 }
 
 func (a *sdkAPI) InsertAddress(ctx context.Context, region string, addr *computepb.Address) (*computepb.Operation, error) {
-	op, err := a.addresses.Insert(ctx, &computepb.InsertAddressRequest{Project: a.project, Region: region, AddressResource: addr})
-	return protoOf(op, err)
+	return protoOf(a.addresses.Insert(ctx, &computepb.InsertAddressRequest{Project: a.project, Region: region, AddressResource: addr}))
 }
 
 func (a *sdkAPI) DeleteAddress(ctx context.Context, region, name string) (*computepb.Operation, error) {
-	op, err := a.addresses.Delete(ctx, &computepb.DeleteAddressRequest{Project: a.project, Region: region, Address: name})
-	return protoOf(op, err)
+	return protoOf(a.addresses.Delete(ctx, &computepb.DeleteAddressRequest{Project: a.project, Region: region, Address: name}))
 }
 
 func (a *sdkAPI) SetAddressLabels(ctx context.Context, region, name string, labels map[string]string, fingerprint string) (*computepb.Operation, error) {
-	op, err := a.addresses.SetLabels(ctx, &computepb.SetLabelsAddressRequest{
+	return protoOf(a.addresses.SetLabels(ctx, &computepb.SetLabelsAddressRequest{
 		Project: a.project, Region: region, Resource: name,
 		RegionSetLabelsRequestResource: &computepb.RegionSetLabelsRequest{Labels: labels, LabelFingerprint: proto.String(fingerprint)},
-	})
-	return protoOf(op, err)
+	}))
 }
 
 func (a *sdkAPI) ListAddresses(ctx context.Context, filter string, each func(string, *computepb.AddressesScopedList)) error {
 	it := a.addresses.AggregatedList(ctx, &computepb.AggregatedListAddressesRequest{
 		Project: a.project, Filter: proto.String(filter), MaxResults: proto.Uint32(pageSize),
 	})
-	for {
-		pair, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		each(pair.Key, pair.Value)
-	}
+	return drain(it.Next, func(pair compute.AddressesScopedListPair) { each(pair.Key, pair.Value) })
 }
 
 func (a *sdkAPI) WaitRegionOperation(ctx context.Context, region, op string) (*computepb.Operation, error) {
@@ -348,11 +308,28 @@ func (a *sdkAPI) GetRegion(ctx context.Context, region string) (*computepb.Regio
 	return a.regions.Get(ctx, &computepb.GetRegionRequest{Project: a.project, Region: region})
 }
 
+// protoOf is the operation an SDK call started (or the call's error) in
+// the form the seam hands on.
 func protoOf(op *compute.Operation, err error) (*computepb.Operation, error) {
 	if err != nil {
 		return nil, err
 	}
 	return op.Proto(), nil
+}
+
+// drain hands every item of an SDK list iterator (its Next) to each, page
+// after page, until the list ends or a page fails.
+func drain[T any](next func() (T, error), each func(T)) error {
+	for {
+		item, err := next()
+		if errors.Is(err, iterator.Done) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		each(item)
+	}
 }
 
 // ---- the call's ctx on every request ----

@@ -63,9 +63,7 @@ func TestGapAsynchronousInsertFailuresAreNeverRead(t *testing.T) {
 					continue
 				}
 				t.Run(label+"/next "+next, func(t *testing.T) {
-					env := gcptest.New(t)
-					p := newTestProvider(t, env, nil)
-					b := bounded(p)
+					env, p, b := newBoundedTestProvider(t)
 					req := testRequest("async")
 					env.Fake.FailNext(fakecompute.Fault{Method: "POST", Path: insertPath, Async: fault})
 					inst, err := b.Create(t.Context(), req)
@@ -139,9 +137,7 @@ func TestInsertOverRegionalQuotaIsQuotaExceeded(t *testing.T) {
 func TestRateLimitedInsertIsQuotaExceeded(t *testing.T) {
 	for _, fault := range []*fakecompute.APIError{fakecompute.TooManyRequests(), fakecompute.RateLimitExceeded(), fakecompute.QuotaExceeded("INSTANCES", 24, "us-central1")} {
 		t.Run(fmt.Sprintf("%d %s", fault.Code, fault.Reason), func(t *testing.T) {
-			env := gcptest.New(t)
-			p := newTestProvider(t, env, nil)
-			b := bounded(p)
+			env, p, b := newBoundedTestProvider(t)
 			req := testRequest("limited")
 			failNext(env, "POST", insertPath, fault)
 			if _, err := b.Create(t.Context(), req); err != nil {

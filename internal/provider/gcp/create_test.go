@@ -21,9 +21,7 @@ import (
 // reconciler create again and meet the 409); the operation's failure
 // comes with the next call once it is done.
 func TestGetDuringTheInsertIsProvisioningNotNotFound(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	env, p, b := newBoundedTestProvider(t)
 	req := testRequest("404-while-inserting")
 	env.Fake.FailNext(fakecompute.Fault{Method: "POST", Path: insertPath, Async: fakecompute.ZoneResourcePoolExhausted()})
 	release := make(chan struct{})

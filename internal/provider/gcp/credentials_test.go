@@ -18,9 +18,7 @@ import (
 // (here to another service account's key, and the old one revoked) the
 // next request uses the new key, without a restart.
 func TestKeyFileRotationNeedsNoRestart(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	env, p, b := newBoundedTestProvider(t)
 	ctx, logs := logCtx(t)
 	if _, err := b.ListByTag(ctx); err != nil {
 		t.Fatal(err)
@@ -84,9 +82,7 @@ func TestUnusableKeyFile(t *testing.T) {
 // the calls (the file is re-read: a rotated Secret recovers without a spec
 // change) and Unauthorized for the Checker.
 func TestRefusedKey(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	env, p, b := newBoundedTestProvider(t)
 	env.Tokens.Forget(env.Email)
 	_, err := b.ListByTag(t.Context())
 	if !errors.Is(err, provider.ErrTransient) || !strings.Contains(err.Error(), "invalid_grant") {

@@ -27,9 +27,7 @@ import (
 // answers a second delete with 403 rateLimitExceeded, which would read as a
 // quota), and Get never reads the instance Running meanwhile.
 func TestGapEveryDeletionPollSubmitsANewOperation(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	env, _, b := newBoundedTestProvider(t)
 	req := testRequest("del-once")
 	inst := createRunning(t, b, req)
 	// Hold the delete's operation: the wait answers before it is DONE.
@@ -91,9 +89,7 @@ func TestDeleteAfterRestartMeetsTheRunningOperation(t *testing.T) {
 // A delete that fails is the next Delete's error, with its class, and the
 // one after submits again (a new request ID).
 func TestFailedDeleteIsReportedAndRetried(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	env, p, b := newBoundedTestProvider(t)
 	req := testRequest("del-fails")
 	inst := createRunning(t, b, req)
 	env.Fake.FailNext(fakecompute.Fault{Method: "DELETE", Path: instancePath(req.Name),

@@ -77,9 +77,7 @@ func checkRule(t *testing.T, env *gcptest.Env, req provider.CreateRequest, range
 // part of the shape, so the reconciler makes a new instance), the rule goes
 // after its instance, and an orphaned rule is collected.
 func TestFirewallRuleLifecycle(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	env, p, b := newBoundedTestProvider(t)
 	sl := secondaries(p)
 	req := testRequest("fw")
 	inst := createRunning(t, b, req)
@@ -273,9 +271,7 @@ func TestFirewallManagementOff(t *testing.T) {
 // A rule under the instance's name that is not this installation's is
 // refused (Permanent) and left as it is, like an instance.
 func TestForeignRuleIsRefusedAndLeftAlone(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	env, p, b := newBoundedTestProvider(t)
 	req := testRequest("foreign-rule")
 	foreign := &computepb.Firewall{
 		Name: proto.String(req.Name), Description: proto.String("someone else's"),

@@ -226,9 +226,7 @@ func TestGapGCDoesNotKnowAboutInstallations(t *testing.T) {
 // instance made under the name between Create's read and its insert is
 // adopted only when it is ours: someone else's is Permanent, not success.
 func TestGapConflictOnInsertIsSuccess(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	env, p, b := newBoundedTestProvider(t)
 	req := testRequest("conflict")
 	// Someone else's instance appears just before the insert.
 	p.wireSeam = func(next http.RoundTripper) http.RoundTripper {

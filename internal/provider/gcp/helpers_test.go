@@ -74,6 +74,16 @@ func logCtxAt(t *testing.T, v int) (context.Context, *testenv.LogLines) {
 // behind the same boundary.
 func bounded(p *Provider) provider.Provider { return provider.WithBoundary(testName, Type, p).Provider }
 
+// newBoundedTestProvider is a fresh fake, a provider on it, and that
+// provider behind its boundary (what the reconciler calls), the start of
+// most tests.
+func newBoundedTestProvider(t *testing.T) (*gcptest.Env, *Provider, provider.Provider) {
+	t.Helper()
+	env := gcptest.New(t)
+	p := newTestProvider(t, env, nil)
+	return env, p, bounded(p)
+}
+
 func checked(p *Provider) provider.Checker { return provider.WithBoundary(testName, Type, p).Checker }
 
 func secondaries(p *Provider) provider.SecondaryLister {

@@ -61,9 +61,7 @@ func TestListByTagPagesAndFilters(t *testing.T) {
 // collector deletes only what it saw, and a rule of that zone is never
 // reported as orphaned.
 func TestGapUnreachableZoneIsLeftOutSilently(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	env, p, b := newBoundedTestProvider(t)
 	here := testRequest("reachable")
 	createRunning(t, b, here)
 	there := testRequest("unreachable")
@@ -100,9 +98,7 @@ func TestGapUnreachableZoneIsLeftOutSilently(t *testing.T) {
 // An instance whose create step runs is listed from its first moment,
 // before the API shows it.
 func TestListByTagListsACreateInFlight(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	_, p, b := newBoundedTestProvider(t)
 	req := testRequest("in-flight")
 	release := make(chan struct{})
 	p.wireSeam = holdInserts(release)

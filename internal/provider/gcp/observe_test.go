@@ -64,9 +64,7 @@ func TestGapSDKSpansAreNotParentGated(t *testing.T) {
 // The wire log is V(5): one line per request with the operation, path,
 // query and the bodies' sizes, never a body; nothing of it at V(4).
 func TestWireLogElidesPayloads(t *testing.T) {
-	env := gcptest.New(t)
-	p := newTestProvider(t, env, nil)
-	b := bounded(p)
+	env, p, b := newBoundedTestProvider(t)
 	ctx, logs := logCtx(t)
 	req := testRequest("wire")
 	req.CloudInit = provider.Sensitive("#cloud-config\n# SENTINEL-wire-user-data\n")

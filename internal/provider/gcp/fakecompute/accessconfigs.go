@@ -35,6 +35,20 @@ func accessConfigNIC(w http.ResponseWriter, r *http.Request, in *instance) *comp
 	return n
 }
 
+// accessConfigInstance is the named instance and the network interface
+// the call names, with no operation running on it; nils after answering.
+func (s *Server) accessConfigInstance(w http.ResponseWriter, r *http.Request, p *projectState, zone, name string) (*instance, *computepb.NetworkInterface) {
+	in := storedInstance(w, p, zone, name)
+	if in == nil {
+		return nil, nil
+	}
+	n := accessConfigNIC(w, r, in)
+	if n == nil || s.busy(w, p, in) {
+		return nil, nil
+	}
+	return in, n
+}
+
 // addAccessConfig is instances.addAccessConfig (body: an AccessConfig).
 func (s *Server) addAccessConfig(w http.ResponseWriter, r *http.Request) {
 	p, zone, name := s.resolveInstance(w, r)
@@ -46,13 +60,8 @@ func (s *Server) addAccessConfig(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
-	in := p.instances[zone+"/"+name]
-	if in == nil {
-		writeAPIError(w, NotFound(instResource(p, zone, name)))
-		return
-	}
-	n := accessConfigNIC(w, r, in)
-	if n == nil || s.busy(w, p, in) {
+	in, n := s.accessConfigInstance(w, r, p, zone, name)
+	if n == nil {
 		return
 	}
 	if len(n.GetAccessConfigs()) > 0 {
@@ -72,14 +81,13 @@ func (s *Server) addAccessConfig(w http.ResponseWriter, r *http.Request) {
 	}
 	op := s.newOp(p, "zones/"+zone, "addAccessConfig", in.target(), in.pb.GetId())
 	op.inst = in
-	c := opContext{project: p.id, zone: zone, region: in.region, machineType: lastSegment(in.pb.GetMachineType())}
+	c := instOpContext(p, in)
 	switch {
 	case a != nil && a.user != nil:
 		op.fail(IPInUseByAnotherResource(a.pb.GetAddress()), c)
 	default:
 		if f := s.takeFault(r.Method, r.URL.Path, true); f != nil {
-			c.limit = s.regionLimit(in.region, f.Async.metric)
-			op.fail(f.Async, c)
+			s.failWithFault(op, f.Async, c)
 			break
 		}
 		if a != nil {
@@ -105,9 +113,7 @@ func (s *Server) addAccessConfig(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	s.rememberRequestID(r, p, op)
-	s.startOp(op)
-	writeProto(w, op.pb)
+	s.answerOp(w, r, p, op)
 }
 
 // deleteAccessConfig is instances.deleteAccessConfig (accessConfig and
@@ -123,13 +129,8 @@ func (s *Server) deleteAccessConfig(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, Required("accessConfig")) // fake's own, as networkInterface's
 		return
 	}
-	in := p.instances[zone+"/"+name]
-	if in == nil {
-		writeAPIError(w, NotFound(instResource(p, zone, name)))
-		return
-	}
-	n := accessConfigNIC(w, r, in)
-	if n == nil || s.busy(w, p, in) {
+	in, n := s.accessConfigInstance(w, r, p, zone, name)
+	if n == nil {
 		return
 	}
 	if len(n.GetAccessConfigs()) == 0 || n.AccessConfigs[0].GetName() != acName {
@@ -141,8 +142,7 @@ func (s *Server) deleteAccessConfig(w http.ResponseWriter, r *http.Request) {
 	op := s.newOp(p, "zones/"+zone, "deleteAccessConfig", in.target(), in.pb.GetId())
 	op.inst = in
 	if f := s.takeFault(r.Method, r.URL.Path, true); f != nil {
-		op.fail(f.Async, opContext{project: p.id, zone: zone, region: in.region, machineType: lastSegment(in.pb.GetMachineType()),
-			limit: s.regionLimit(in.region, f.Async.metric)})
+		s.failWithFault(op, f.Async, instOpContext(p, in))
 	} else {
 		op.done = func() {
 			if a := in.natAddr; a != nil {
@@ -156,7 +156,5 @@ func (s *Server) deleteAccessConfig(w http.ResponseWriter, r *http.Request) {
 			in.natPending = false
 		}
 	}
-	s.rememberRequestID(r, p, op)
-	s.startOp(op)
-	writeProto(w, op.pb)
+	s.answerOp(w, r, p, op)
 }

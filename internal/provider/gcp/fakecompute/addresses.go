@@ -284,8 +284,7 @@ func (s *Server) insertAddress(w http.ResponseWriter, r *http.Request) {
 		op.fail(IPInUseByAnotherResource(req.ip), c)
 	default:
 		if f := s.takeFault(r.Method, r.URL.Path, true); f != nil {
-			c.limit = s.regionLimit(region, f.Async.metric)
-			op.fail(f.Async, c)
+			s.failWithFault(op, f.Async, c)
 		}
 	}
 	if op.errs == nil {
@@ -323,9 +322,7 @@ func (s *Server) insertAddress(w http.ResponseWriter, r *http.Request) {
 		p.addrPending[key] = op
 		op.failed = func() { delete(p.addrPending, key) }
 	}
-	s.rememberRequestID(r, p, op)
-	s.startOp(op)
-	writeProto(w, op.pb)
+	s.answerOp(w, r, p, op)
 }
 
 // newAddress stores an accepted address in the form a GET answers.
@@ -380,29 +377,22 @@ func (s *Server) findAddress(w http.ResponseWriter, r *http.Request) (*projectSt
 // getAddress is addresses.get. Like an instance GET it answers first, then
 // counts one poll for the operations running on the address.
 func (s *Server) getAddress(w http.ResponseWriter, r *http.Request) {
-	p, a := s.findAddress(w, r)
-	if a == nil {
-		return
+	if p, a := s.findAddress(w, r); a != nil {
+		s.answerGet(w, p, a.pb, a.target())
 	}
-	writeProto(w, a.pb)
-	s.touch(p, a.target())
 }
 
 // deleteAddress is addresses.delete: refused while IN_USE; gone when the
 // operation is DONE, its IP back in the pool.
 func (s *Server) deleteAddress(w http.ResponseWriter, r *http.Request) {
-	if p := s.project(w, r); p == nil || s.requestIDOp(w, r, p) {
+	if s.answeredEarly(w, r) {
 		return
 	}
 	p, a := s.findAddress(w, r)
-	if a == nil {
+	if a == nil || notReady(w, a.op, addrResource(p, a.region, a.pb.GetName())) {
 		return
 	}
 	name := a.pb.GetName()
-	if a.op != nil {
-		writeAPIError(w, ResourceNotReady(addrResource(p, a.region, name)))
-		return
-	}
 	if in := a.user; in != nil {
 		writeAPIError(w, ResourceInUseByAnotherResource("address", addrResource(p, a.region, name),
 			instResource(p, in.zone, in.pb.GetName())))
@@ -422,16 +412,14 @@ func (s *Server) deleteAddress(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	s.rememberRequestID(r, p, op)
-	s.startOp(op)
-	writeProto(w, op.pb)
+	s.answerOp(w, r, p, op)
 }
 
 // setAddressLabels is addresses.setLabels: as instances.setLabels, the
 // fingerprint must be the current one (412 conditionNotMet otherwise) and
 // the labels change at once.
 func (s *Server) setAddressLabels(w http.ResponseWriter, r *http.Request) {
-	if p := s.project(w, r); p == nil || s.requestIDOp(w, r, p) {
+	if s.answeredEarly(w, r) {
 		return
 	}
 	var body computepb.RegionSetLabelsRequest
@@ -458,9 +446,7 @@ func (s *Server) setAddressLabels(w http.ResponseWriter, r *http.Request) {
 		a.pb.Labels = body.GetLabels()
 		a.pb.LabelFingerprint = proto.String(labelFingerprint(a.pb.GetLabels()))
 	}
-	s.rememberRequestID(r, p, op)
-	s.startOp(op)
-	writeProto(w, op.pb)
+	s.answerOp(w, r, p, op)
 }
 
 // addressField reads a filterable field of an address (nil: only says
@@ -520,19 +506,13 @@ func (s *Server) listAddresses(w http.ResponseWriter, r *http.Request) {
 	if region == "" {
 		return
 	}
-	q := r.URL.Query()
-	f, ok := listFilter(w, q, addressGetter(nil))
+	lq, ok := readListQuery(w, r, addressGetter(nil))
 	if !ok {
-		return
-	}
-	offset, size, e := paging(q)
-	if e != nil {
-		writeAPIError(w, e)
 		return
 	}
 	var matched []*computepb.Address
 	for _, a := range p.sortedAddresses() {
-		if a.region == region && f.match(addressGetter(a.pb)) {
+		if a.region == region && lq.filter.match(addressGetter(a.pb)) {
 			matched = append(matched, a.pb)
 		}
 	}
@@ -541,13 +521,7 @@ func (s *Server) listAddresses(w http.ResponseWriter, r *http.Request) {
 		Id:       proto.String("projects/" + p.id + "/regions/" + region + "/addresses"),
 		SelfLink: proto.String(link("projects", p.id, "regions", region, "addresses")),
 	}
-	end := min(offset+size, len(matched))
-	if offset < len(matched) {
-		resp.Items = matched[offset:end]
-	}
-	if end < len(matched) {
-		resp.NextPageToken = proto.String(pageToken(end))
-	}
+	resp.Items, resp.NextPageToken = onPage(lq, matched)
 	writeProto(w, resp)
 }
 
@@ -560,34 +534,27 @@ func (s *Server) aggregatedAddresses(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		return
 	}
-	q := r.URL.Query()
-	f, ok := listFilter(w, q, addressGetter(nil))
+	lq, ok := readListQuery(w, r, addressGetter(nil))
 	if !ok {
-		return
-	}
-	offset, size, e := paging(q)
-	if e != nil {
-		writeAPIError(w, e)
 		return
 	}
 	var matched []*address
 	for _, a := range p.sortedAddresses() {
-		if f.match(addressGetter(a.pb)) {
+		if lq.filter.match(addressGetter(a.pb)) {
 			matched = append(matched, a)
 		}
 	}
-	end := min(offset+size, len(matched))
+	page, next := onPage(lq, matched)
 	byScope := map[string][]*computepb.Address{}
-	if offset < len(matched) {
-		for _, a := range matched[offset:end] {
-			byScope["regions/"+a.region] = append(byScope["regions/"+a.region], a.pb)
-		}
+	for _, a := range page {
+		byScope["regions/"+a.region] = append(byScope["regions/"+a.region], a.pb)
 	}
 	resp := &computepb.AddressAggregatedList{
-		Kind:     proto.String("compute#addressAggregatedList"),
-		Id:       proto.String("projects/" + p.id + "/aggregated/addresses"),
-		SelfLink: proto.String(link("projects", p.id, "aggregated/addresses")),
-		Items:    map[string]*computepb.AddressesScopedList{},
+		Kind:          proto.String("compute#addressAggregatedList"),
+		Id:            proto.String("projects/" + p.id + "/aggregated/addresses"),
+		SelfLink:      proto.String(link("projects", p.id, "aggregated/addresses")),
+		Items:         map[string]*computepb.AddressesScopedList{},
+		NextPageToken: next,
 	}
 	scopes := []string{"global"}
 	for _, rg := range s.ix.regions {
@@ -598,11 +565,7 @@ func (s *Server) aggregatedAddresses(w http.ResponseWriter, r *http.Request) {
 			resp.Items[scope] = &computepb.AddressesScopedList{Addresses: as}
 			continue
 		}
-		resp.Items[scope] = &computepb.AddressesScopedList{Warning: warning("NO_RESULTS_ON_PAGE",
-			fmt.Sprintf("There are no results for scope '%s' on this page.", scope), scope)}
-	}
-	if end < len(matched) {
-		resp.NextPageToken = proto.String(pageToken(end))
+		resp.Items[scope] = &computepb.AddressesScopedList{Warning: noResultsOnPage(scope)}
 	}
 	writeProto(w, resp)
 }

@@ -4,12 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -44,19 +39,6 @@ type addressesDiscovery struct {
 }
 
 const addressesExcerpt = "testdata/discovery-addresses.json"
-
-func readAddressesExcerpt(t *testing.T) (addressesDiscovery, []byte) {
-	t.Helper()
-	raw, err := os.ReadFile(addressesExcerpt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d addressesDiscovery
-	if err := json.Unmarshal(raw, &d); err != nil {
-		t.Fatal(err)
-	}
-	return d, raw
-}
 
 // queryParams says, for each method, what the fake does with each of its
 // query parameters: "honoured" ones change the answer (tested here or in
@@ -94,19 +76,7 @@ func (e *env) send(method, path string, q url.Values, body string) (int, string,
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(e.ctx, method, u, rd)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	resp, err := e.srv.Client().Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	resp, b := e.do(method, u, rd)
 	return resp.StatusCode, resp.Header.Get("Content-Type"), b
 }
 
@@ -119,7 +89,7 @@ var pathParam = regexp.MustCompile(`\{([^}]+)\}`)
 // say, and every answer (and the access config on the instance) has only
 // fields of its schema, enum values among the schema's, and its kind.
 func TestAddressEndpointsMatchTheDiscoveryDocument(t *testing.T) {
-	d, _ := readAddressesExcerpt(t)
+	d := readJSON[addressesDiscovery](t, addressesExcerpt)
 	var ids []string
 	for id := range d.Methods {
 		ids = append(ids, id)
@@ -390,52 +360,5 @@ func checkDiscovery(t *testing.T, d addressesDiscovery, name string, schema map[
 // The excerpt is the module's discovery document, unchanged: the
 // google.golang.org/api the repository requires carries it.
 func TestAddressesDiscoveryExcerpt(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command to find the module cache")
-	}
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "google.golang.org/api").Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" {
-		t.Fatalf("go list -m google.golang.org/api: %v", err)
-	}
-	full, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "compute", "v1", "compute-api.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Revision  string `json:"revision"`
-		Resources map[string]struct {
-			Methods map[string]json.RawMessage `json:"methods"`
-		} `json:"resources"`
-		Schemas map[string]json.RawMessage `json:"schemas"`
-	}
-	if err := json.Unmarshal(full, &doc); err != nil {
-		t.Fatal(err)
-	}
-	_, raw := readAddressesExcerpt(t)
-	var excerpt struct {
-		Revision string                     `json:"revision"`
-		Methods  map[string]json.RawMessage `json:"methods"`
-		Schemas  map[string]json.RawMessage `json:"schemas"`
-	}
-	if err := json.Unmarshal(raw, &excerpt); err != nil {
-		t.Fatal(err)
-	}
-	same := func(a, b json.RawMessage) bool {
-		var x, y any
-		return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
-	}
-	if excerpt.Revision != doc.Revision {
-		t.Errorf("excerpt of revision %s, the module's document is %s: extract it again", excerpt.Revision, doc.Revision)
-	}
-	for id, m := range excerpt.Methods {
-		parts := strings.Split(id, ".") // compute.<resource>.<method>
-		if len(parts) != 3 || !same(m, doc.Resources[parts[1]].Methods[parts[2]]) {
-			t.Errorf("the excerpt's %s differs from the module's discovery document", id)
-		}
-	}
-	for name, s := range excerpt.Schemas {
-		if !same(s, doc.Schemas[name]) {
-			t.Errorf("the excerpt's schema %s differs from the module's discovery document", name)
-		}
-	}
+	checkExcerptOfModuleDocument(t, addressesExcerpt)
 }

@@ -2,6 +2,7 @@ package fakecompute_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -10,7 +11,6 @@ import (
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
 	"google.golang.org/api/googleapi"
-	"google.golang.org/api/iterator"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp/fakecompute"
@@ -488,23 +488,12 @@ func TestAddressLists(t *testing.T) {
 	list := func(filter string, size uint32) []string {
 		t.Helper()
 		req := &computepb.ListAddressesRequest{Project: project, Region: region}
-		if filter != "" {
-			req.Filter = proto.String(filter)
-		}
-		if size > 0 {
-			req.MaxResults = proto.Uint32(size)
-		}
+		req.Filter, req.MaxResults = listParams(filter, size)
 		var names []string
-		for it := e.ac.List(e.ctx, req); ; {
-			a, err := it.Next()
-			if err == iterator.Done {
-				return names
-			}
-			if err != nil {
-				t.Fatalf("list %q: %v", filter, err)
-			}
+		eachItem(t, fmt.Sprintf("list %q", filter), e.ac.List(e.ctx, req).Next, func(a *computepb.Address) {
 			names = append(names, a.GetName())
-		}
+		})
+		return names
 	}
 	for _, tc := range []struct {
 		filter string
@@ -528,28 +517,18 @@ func TestAddressLists(t *testing.T) {
 	aggregated := func(filter string, size uint32) (names []string, warnings map[string]string) {
 		t.Helper()
 		req := &computepb.AggregatedListAddressesRequest{Project: project}
-		if filter != "" {
-			req.Filter = proto.String(filter)
-		}
-		if size > 0 {
-			req.MaxResults = proto.Uint32(size)
-		}
+		req.Filter, req.MaxResults = listParams(filter, size)
 		warnings = map[string]string{}
-		for it := e.ac.AggregatedList(e.ctx, req); ; {
-			pair, err := it.Next()
-			if err == iterator.Done {
-				return names, warnings
-			}
-			if err != nil {
-				t.Fatalf("aggregatedList %q: %v", filter, err)
-			}
+		it := e.ac.AggregatedList(e.ctx, req)
+		eachItem(t, fmt.Sprintf("aggregatedList %q", filter), it.Next, func(pair compute.AddressesScopedListPair) {
 			for _, a := range pair.Value.GetAddresses() {
 				names = append(names, pair.Key+"/"+a.GetName())
 			}
 			if w := pair.Value.GetWarning(); w != nil {
 				warnings[pair.Key] = w.GetCode()
 			}
-		}
+		})
+		return names, warnings
 	}
 	names, warnings := aggregated(`labels.egress-operator-proxy = "p1"`, 0)
 	if strings.Join(names, " ") != "regions/us-central1/egress-a regions/us-east1/egress-c" {

@@ -3,6 +3,7 @@ package fakecompute_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -168,35 +169,60 @@ func wantAPIError(t *testing.T, err error, code int, reason, msg string) *google
 func (e *env) aggregated(filter string, pageSize uint32) (names []string, warnings map[string]string) {
 	e.t.Helper()
 	req := &computepb.AggregatedListInstancesRequest{Project: project}
-	if filter != "" {
-		req.Filter = proto.String(filter)
-	}
-	if pageSize > 0 {
-		req.MaxResults = proto.Uint32(pageSize)
-	}
+	req.Filter, req.MaxResults = listParams(filter, pageSize)
 	warnings = map[string]string{}
 	it := e.ic.AggregatedList(e.ctx, req)
-	for {
-		pair, err := it.Next()
-		if err == iterator.Done {
-			return names, warnings
-		}
-		if err != nil {
-			e.t.Fatalf("aggregatedList %q: %v", filter, err)
-		}
+	eachItem(e.t, fmt.Sprintf("aggregatedList %q", filter), it.Next, func(pair compute.InstancesScopedListPair) {
 		for _, in := range pair.Value.GetInstances() {
 			names = append(names, in.GetName())
 		}
 		if w := pair.Value.GetWarning(); w != nil && warnings[pair.Key] != "UNREACHABLE" {
 			warnings[pair.Key] = w.GetCode()
 		}
+	})
+	return names, warnings
+}
+
+// listParams are a list request's filter and maxResults; "" and 0 leave
+// them out.
+func listParams(filter string, size uint32) (*string, *uint32) {
+	var f *string
+	var n *uint32
+	if filter != "" {
+		f = proto.String(filter)
+	}
+	if size > 0 {
+		n = proto.Uint32(size)
+	}
+	return f, n
+}
+
+// eachItem hands every item an SDK iterator's next yields to f; an error
+// fails the test, what saying which list it was.
+func eachItem[T any](t *testing.T, what string, next func() (T, error), f func(T)) {
+	t.Helper()
+	for {
+		v, err := next()
+		if err == iterator.Done {
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		f(v)
 	}
 }
 
 // raw sends a request straight to the fake (no SDK), for the wire form.
 func (e *env) raw(method, path string) (*http.Response, []byte) {
 	e.t.Helper()
-	req, err := http.NewRequestWithContext(e.ctx, method, e.srv.URL+path, nil)
+	return e.do(method, e.srv.URL+path, nil)
+}
+
+// do sends one request to the fake and reads the whole answer.
+func (e *env) do(method, url string, body io.Reader) (*http.Response, []byte) {
+	e.t.Helper()
+	req, err := http.NewRequestWithContext(e.ctx, method, url, body)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -52,3 +52,10 @@ func (s *Server) ClearFaults() { s.faults.Clear() }
 func (s *Server) takeFault(method, path string, async bool) *Fault {
 	return s.faults.Take(method, apiPath(path), func(f *Fault) bool { return (f.Async != nil) == async })
 }
+
+// failWithFault fails op with an injected async fault; a quota fault quotes
+// the limit of its metric in the operation's region.
+func (s *Server) failWithFault(op *operation, e *AsyncError, c opContext) {
+	c.limit = s.regionLimit(c.region, e.metric)
+	op.fail(e, c)
+}

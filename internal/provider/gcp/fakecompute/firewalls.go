@@ -211,9 +211,7 @@ func (s *Server) insertFirewall(w http.ResponseWriter, r *http.Request) {
 		p.firewalls[name] = rule
 		op.fw = rule
 	}
-	s.rememberRequestID(r, p, op)
-	s.startOp(op)
-	writeProto(w, op.pb)
+	s.answerOp(w, r, p, op)
 }
 
 func (s *Server) findFirewall(w http.ResponseWriter, r *http.Request) (*projectState, *firewall) {
@@ -228,15 +226,22 @@ func (s *Server) findFirewall(w http.ResponseWriter, r *http.Request) (*projectS
 	return p, fw
 }
 
+// idleFirewall is the request's rule when no operation runs on it, or nil
+// after answering (404, or 400 resourceNotReady), as a change needs.
+func (s *Server) idleFirewall(w http.ResponseWriter, r *http.Request) (*projectState, *firewall) {
+	p, fw := s.findFirewall(w, r)
+	if fw == nil || notReady(w, fw.op, fwResource(p, fw.pb.GetName())) {
+		return p, nil
+	}
+	return p, fw
+}
+
 // getFirewall is firewalls.get; like an instance GET it counts one poll
 // for the operations running on the rule.
 func (s *Server) getFirewall(w http.ResponseWriter, r *http.Request) {
-	p, fw := s.findFirewall(w, r)
-	if fw == nil {
-		return
+	if p, fw := s.findFirewall(w, r); fw != nil {
+		s.answerGet(w, p, fw.pb, fwTarget(fw.pb.GetName()))
 	}
-	writeProto(w, fw.pb)
-	s.touch(p, fwTarget(fw.pb.GetName()))
 }
 
 // patchFirewall is firewalls.patch: the top-level fields the body has
@@ -252,7 +257,7 @@ func (s *Server) updateFirewall(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) changeFirewall(w http.ResponseWriter, r *http.Request, opType string) {
-	if p := s.project(w, r); p == nil || s.requestIDOp(w, r, p) {
+	if s.answeredEarly(w, r) {
 		return
 	}
 	body, _ := io.ReadAll(r.Body)
@@ -262,15 +267,11 @@ func (s *Server) changeFirewall(w http.ResponseWriter, r *http.Request, opType s
 		writeAPIError(w, e)
 		return
 	}
-	p, fw := s.findFirewall(w, r)
+	p, fw := s.idleFirewall(w, r)
 	if fw == nil {
 		return
 	}
 	name := fw.pb.GetName()
-	if fw.op != nil {
-		writeAPIError(w, ResourceNotReady(fwResource(p, name)))
-		return
-	}
 	if patch.Name != nil && patch.GetName() != name {
 		writeAPIError(w, Invalid("resource.name", patch.GetName(), "The name of a firewall rule cannot change.")) // fake's own
 		return
@@ -299,9 +300,7 @@ func (s *Server) changeFirewall(w http.ResponseWriter, r *http.Request, opType s
 		next.CreationTimestamp, next.SelfLink = fw.pb.CreationTimestamp, fw.pb.SelfLink
 		fw.pb = next
 	}
-	s.rememberRequestID(r, p, op)
-	s.startOp(op)
-	writeProto(w, op.pb)
+	s.answerOp(w, r, p, op)
 }
 
 // mergePresent copies into dst the top-level fields of src whose JSON
@@ -327,18 +326,14 @@ func mergePresent(dst, src proto.Message, keys map[string]json.RawMessage) {
 // deleteFirewall is firewalls.delete: the rule is gone when the operation
 // is DONE.
 func (s *Server) deleteFirewall(w http.ResponseWriter, r *http.Request) {
-	if p := s.project(w, r); p == nil || s.requestIDOp(w, r, p) {
+	if s.answeredEarly(w, r) {
 		return
 	}
-	p, fw := s.findFirewall(w, r)
+	p, fw := s.idleFirewall(w, r)
 	if fw == nil {
 		return
 	}
 	name := fw.pb.GetName()
-	if fw.op != nil {
-		writeAPIError(w, ResourceNotReady(fwResource(p, name)))
-		return
-	}
 	op := s.newOp(p, "global", "delete", fwTarget(name), fw.pb.GetId())
 	op.fw = fw
 	if f := s.takeFault(r.Method, r.URL.Path, true); f != nil {
@@ -346,9 +341,7 @@ func (s *Server) deleteFirewall(w http.ResponseWriter, r *http.Request) {
 	} else {
 		op.done = func() { delete(p.firewalls, name) }
 	}
-	s.rememberRequestID(r, p, op)
-	s.startOp(op)
-	writeProto(w, op.pb)
+	s.answerOp(w, r, p, op)
 }
 
 func firewallField(fw *computepb.Firewall, field string) (string, bool, bool) {
@@ -390,14 +383,8 @@ func (s *Server) listFirewalls(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		return
 	}
-	q := r.URL.Query()
-	f, ok := listFilter(w, q, func(field string) (string, bool, bool) { return firewallField(nil, field) })
+	lq, ok := readListQuery(w, r, func(field string) (string, bool, bool) { return firewallField(nil, field) })
 	if !ok {
-		return
-	}
-	offset, size, e := paging(q)
-	if e != nil {
-		writeAPIError(w, e)
 		return
 	}
 	names := make([]string, 0, len(p.firewalls))
@@ -408,7 +395,7 @@ func (s *Server) listFirewalls(w http.ResponseWriter, r *http.Request) {
 	var matched []*computepb.Firewall
 	for _, n := range names {
 		fw := p.firewalls[n].pb
-		if f.match(func(field string) (string, bool, bool) { return firewallField(fw, field) }) {
+		if lq.filter.match(func(field string) (string, bool, bool) { return firewallField(fw, field) }) {
 			matched = append(matched, fw)
 		}
 	}
@@ -417,13 +404,7 @@ func (s *Server) listFirewalls(w http.ResponseWriter, r *http.Request) {
 		Id:       proto.String("projects/" + p.id + "/global/firewalls"),
 		SelfLink: proto.String(link("projects", p.id, "global/firewalls")),
 	}
-	end := min(offset+size, len(matched))
-	if offset < len(matched) {
-		resp.Items = matched[offset:end]
-	}
-	if end < len(matched) {
-		resp.NextPageToken = proto.String(pageToken(end))
-	}
+	resp.Items, resp.NextPageToken = onPage(lq, matched)
 	writeProto(w, resp)
 }
 

@@ -1,11 +1,11 @@
 package fakecompute_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
-	"google.golang.org/api/iterator"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -24,21 +24,12 @@ func (e *env) getRule(name string) (*computepb.Firewall, error) {
 func (e *env) listRules(filter string) []string {
 	e.t.Helper()
 	req := &computepb.ListFirewallsRequest{Project: project}
-	if filter != "" {
-		req.Filter = proto.String(filter)
-	}
+	req.Filter, _ = listParams(filter, 0)
 	var names []string
-	it := e.fw.List(e.ctx, req)
-	for {
-		fw, err := it.Next()
-		if err == iterator.Done {
-			return names
-		}
-		if err != nil {
-			e.t.Fatalf("list %q: %v", filter, err)
-		}
+	eachItem(e.t, fmt.Sprintf("list %q", filter), e.fw.List(e.ctx, req).Next, func(fw *computepb.Firewall) {
 		names = append(names, fw.GetName())
-	}
+	})
+	return names
 }
 
 // The firewall lifecycle a provider runs: insert, get, patch the ranges,

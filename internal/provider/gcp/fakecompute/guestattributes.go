@@ -132,9 +132,8 @@ func (s *Server) getGuestAttributes(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		return
 	}
-	in := p.instances[zone+"/"+name]
+	in := storedInstance(w, p, zone, name)
 	if in == nil {
-		writeAPIError(w, NotFound(instResource(p, zone, name)))
 		return
 	}
 	q := r.URL.Query()

@@ -157,24 +157,27 @@ type discoveryExcerpt struct {
 	} `json:"schemas"`
 }
 
-func readExcerpt(t *testing.T) (discoveryExcerpt, []byte) {
+const guestAttributesExcerpt = "testdata/discovery-guest-attributes.json"
+
+// readJSON decodes the JSON file at path.
+func readJSON[T any](t *testing.T, path string) T {
 	t.Helper()
-	raw, err := os.ReadFile("testdata/discovery-guest-attributes.json")
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d discoveryExcerpt
-	if err := json.Unmarshal(raw, &d); err != nil {
+	var v T
+	if err := json.Unmarshal(raw, &v); err != nil {
 		t.Fatal(err)
 	}
-	return d, raw
+	return v
 }
 
 // The fake's getGuestAttributes is the discovery document's: its method
 // and path, its query parameters, and an answer whose every field (nested
 // ones too) is a property of GuestAttributes, with its kind.
 func TestGuestAttributesMatchTheDiscoveryDocument(t *testing.T) {
-	d, _ := readExcerpt(t)
+	d := readJSON[discoveryExcerpt](t, guestAttributesExcerpt)
 	m, ok := d.Methods["compute.instances.getGuestAttributes"]
 	if !ok || m.HTTPMethod != "GET" || m.Path != "projects/{project}/zones/{zone}/instances/{instance}/getGuestAttributes" || m.Response.Ref != "GuestAttributes" {
 		t.Fatalf("the excerpt's method: %+v", m)
@@ -236,6 +239,14 @@ func checkSchema(t *testing.T, d discoveryExcerpt, schema string, v map[string]a
 // The excerpt is the module's discovery document, unchanged: the
 // google.golang.org/api the repository requires carries it.
 func TestGuestAttributesDiscoveryExcerpt(t *testing.T) {
+	checkExcerptOfModuleDocument(t, guestAttributesExcerpt)
+}
+
+// checkExcerptOfModuleDocument checks that the excerpt at path (its
+// revision, methods by id and schemas) is the discovery document of the
+// google.golang.org/api the repository requires, unchanged.
+func checkExcerptOfModuleDocument(t *testing.T, path string) {
+	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command to find the module cache")
 	}
@@ -243,31 +254,19 @@ func TestGuestAttributesDiscoveryExcerpt(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) == "" {
 		t.Fatalf("go list -m google.golang.org/api: %v", err)
 	}
-	full, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "compute", "v1", "compute-api.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
+	type document struct {
 		Revision  string `json:"revision"`
-		Resources struct {
-			Instances struct {
-				Methods map[string]json.RawMessage `json:"methods"`
-			} `json:"instances"`
+		Resources map[string]struct {
+			Methods map[string]json.RawMessage `json:"methods"`
 		} `json:"resources"`
 		Schemas map[string]json.RawMessage `json:"schemas"`
 	}
-	if err := json.Unmarshal(full, &doc); err != nil {
-		t.Fatal(err)
-	}
-	_, raw := readExcerpt(t)
-	var excerpt struct {
+	doc := readJSON[document](t, filepath.Join(strings.TrimSpace(string(out)), "compute", "v1", "compute-api.json"))
+	excerpt := readJSON[struct {
 		Revision string                     `json:"revision"`
 		Methods  map[string]json.RawMessage `json:"methods"`
 		Schemas  map[string]json.RawMessage `json:"schemas"`
-	}
-	if err := json.Unmarshal(raw, &excerpt); err != nil {
-		t.Fatal(err)
-	}
+	}](t, path)
 	same := func(a, b json.RawMessage) bool {
 		var x, y any
 		return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
@@ -275,8 +274,11 @@ func TestGuestAttributesDiscoveryExcerpt(t *testing.T) {
 	if excerpt.Revision != doc.Revision {
 		t.Errorf("excerpt of revision %s, the module's document is %s: extract it again", excerpt.Revision, doc.Revision)
 	}
-	if !same(excerpt.Methods["compute.instances.getGuestAttributes"], doc.Resources.Instances.Methods["getGuestAttributes"]) {
-		t.Error("the excerpt's getGuestAttributes differs from the module's discovery document")
+	for id, m := range excerpt.Methods {
+		parts := strings.Split(id, ".") // compute.<resource>.<method>
+		if len(parts) != 3 || !same(m, doc.Resources[parts[1]].Methods[parts[2]]) {
+			t.Errorf("the excerpt's %s differs from the module's discovery document", id)
+		}
 	}
 	for name, s := range excerpt.Schemas {
 		if !same(s, doc.Schemas[name]) {

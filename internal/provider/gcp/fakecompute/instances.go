@@ -558,6 +558,20 @@ func instResource(p *projectState, zone, name string) string {
 	return "projects/" + p.id + "/" + instTarget(zone, name)
 }
 
+// storedInstance is the named instance, or nil after answering 404.
+func storedInstance(w http.ResponseWriter, p *projectState, zone, name string) *instance {
+	in := p.instances[zone+"/"+name]
+	if in == nil {
+		writeAPIError(w, NotFound(instResource(p, zone, name)))
+	}
+	return in
+}
+
+// instOpContext is what an operation on in renders its errors with.
+func instOpContext(p *projectState, in *instance) opContext {
+	return opContext{project: p.id, zone: in.zone, region: in.region, machineType: lastSegment(in.pb.GetMachineType())}
+}
+
 // insertInstance is instances.insert.
 func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 	p := s.project(w, r)
@@ -599,11 +613,10 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 	} else if ip := ipConflict(p, req); ip != "" {
 		op.fail(IPInUseByAnotherResource(ip), c)
 	} else if f := s.takeFault(r.Method, r.URL.Path, true); f != nil {
-		c.limit = s.regionLimit(region, f.Async.metric)
 		if c.image == "" {
 			c.image = body.GetDisks()[0].GetSource()
 		}
-		op.fail(f.Async, c)
+		s.failWithFault(op, f.Async, c)
 	}
 	if op.errs != nil {
 		// Accepted, but no instance comes of it: a GET answers 404 while the
@@ -619,9 +632,7 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 		op.step = func() { s.stepBoot(p, in) }
 		op.done = func() { s.finishBoot(p, in) }
 	}
-	s.rememberRequestID(r, p, op)
-	s.startOp(op)
-	writeProto(w, op.pb)
+	s.answerOp(w, r, p, op)
 }
 
 // getInstance is instances.get. It answers first, then counts one poll for
@@ -659,11 +670,7 @@ func (s *Server) hasInflight(p *projectState, target string) bool {
 
 // busy answers the call on an instance another operation is running on.
 func (s *Server) busy(w http.ResponseWriter, p *projectState, in *instance) bool {
-	if in.op == nil {
-		return false
-	}
-	writeAPIError(w, ResourceNotReady(instResource(p, in.zone, in.pb.GetName())))
-	return true
+	return notReady(w, in.op, instResource(p, in.zone, in.pb.GetName()))
 }
 
 // lifecycle starts an operation on in: from moves it to its first status at
@@ -674,26 +681,21 @@ func (s *Server) lifecycle(w http.ResponseWriter, r *http.Request, p *projectSta
 	op := s.newOp(p, "zones/"+in.zone, opType, in.target(), in.pb.GetId())
 	op.inst = in
 	if f := s.takeFault(r.Method, r.URL.Path, true); f != nil {
-		op.fail(f.Async, opContext{project: p.id, zone: in.zone, region: in.region,
-			machineType: lastSegment(in.pb.GetMachineType()), limit: s.regionLimit(in.region, f.Async.metric)})
+		s.failWithFault(op, f.Async, instOpContext(p, in))
 	} else {
 		if first != "" {
 			in.setStatus(first)
 		}
 		op.step, op.done = step, done
 	}
-	s.rememberRequestID(r, p, op)
-	s.startOp(op)
-	writeProto(w, op.pb)
+	s.answerOp(w, r, p, op)
 }
 
 // noop is an accepted call that changes nothing (start of a RUNNING
 // instance): an operation that runs and ends DONE.
 func (s *Server) noop(w http.ResponseWriter, r *http.Request, p *projectState, in *instance, opType string) {
 	op := s.newOp(p, "zones/"+in.zone, opType, in.target(), in.pb.GetId())
-	s.rememberRequestID(r, p, op)
-	s.startOp(op)
-	writeProto(w, op.pb)
+	s.answerOp(w, r, p, op)
 }
 
 // deleteInstance is instances.delete: STOPPING at once, gone when the
@@ -703,9 +705,8 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 	if p == nil || s.requestIDOp(w, r, p) {
 		return
 	}
-	in := p.instances[zone+"/"+name]
+	in := storedInstance(w, p, zone, name)
 	if in == nil {
-		writeAPIError(w, NotFound(instResource(p, zone, name)))
 		return
 	}
 	if in.op != nil && in.op.pb.GetOperationType() == "delete" {
@@ -747,9 +748,8 @@ func (s *Server) startInstance(w http.ResponseWriter, r *http.Request) {
 	if p == nil || s.requestIDOp(w, r, p) {
 		return
 	}
-	in := p.instances[zone+"/"+name]
+	in := storedInstance(w, p, zone, name)
 	if in == nil {
-		writeAPIError(w, NotFound(instResource(p, zone, name)))
 		return
 	}
 	if s.busy(w, p, in) {
@@ -777,9 +777,8 @@ func (s *Server) stopInstance(w http.ResponseWriter, r *http.Request) {
 	if p == nil || s.requestIDOp(w, r, p) {
 		return
 	}
-	in := p.instances[zone+"/"+name]
+	in := storedInstance(w, p, zone, name)
 	if in == nil {
-		writeAPIError(w, NotFound(instResource(p, zone, name)))
 		return
 	}
 	if s.busy(w, p, in) {
@@ -802,9 +801,8 @@ func (s *Server) suspendInstance(w http.ResponseWriter, r *http.Request) {
 	if p == nil || s.requestIDOp(w, r, p) {
 		return
 	}
-	in := p.instances[zone+"/"+name]
+	in := storedInstance(w, p, zone, name)
 	if in == nil {
-		writeAPIError(w, NotFound(instResource(p, zone, name)))
 		return
 	}
 	if s.busy(w, p, in) {
@@ -832,9 +830,8 @@ func (s *Server) resumeInstance(w http.ResponseWriter, r *http.Request) {
 	if p == nil || s.requestIDOp(w, r, p) {
 		return
 	}
-	in := p.instances[zone+"/"+name]
+	in := storedInstance(w, p, zone, name)
 	if in == nil {
-		writeAPIError(w, NotFound(instResource(p, zone, name)))
 		return
 	}
 	if s.busy(w, p, in) {
@@ -871,9 +868,8 @@ func (s *Server) setLabels(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, e)
 		return
 	}
-	in := p.instances[zone+"/"+name]
+	in := storedInstance(w, p, zone, name)
 	if in == nil {
-		writeAPIError(w, NotFound(instResource(p, zone, name)))
 		return
 	}
 	if e := validateLabels("labels", body.GetLabels()); e != nil {
@@ -886,14 +882,12 @@ func (s *Server) setLabels(w http.ResponseWriter, r *http.Request) {
 	}
 	op := s.newOp(p, "zones/"+zone, "setLabels", in.target(), in.pb.GetId())
 	if f := s.takeFault(r.Method, r.URL.Path, true); f != nil {
-		op.fail(f.Async, opContext{project: p.id, zone: zone, region: in.region, machineType: lastSegment(in.pb.GetMachineType())})
+		op.fail(f.Async, instOpContext(p, in))
 	} else {
 		in.pb.Labels = body.GetLabels()
 		in.pb.LabelFingerprint = proto.String(labelFingerprint(in.pb.GetLabels()))
 	}
-	s.rememberRequestID(r, p, op)
-	s.startOp(op)
-	writeProto(w, op.pb)
+	s.answerOp(w, r, p, op)
 }
 
 func lastSegment(u string) string { return u[strings.LastIndex(u, "/")+1:] }

@@ -88,23 +88,56 @@ func instanceGetter(in *computepb.Instance) fieldGetter {
 	return func(field string) (string, bool, bool) { return instanceField(in, field) }
 }
 
-// listFilter parses the request's filter and checks its fields against a
-// resource kind; nil after answering 400.
-func listFilter(w http.ResponseWriter, q url.Values, probe fieldGetter) (*filter, bool) {
+// listQuery is what every list call asks for: a filter and a page.
+type listQuery struct {
+	filter       *filter
+	offset, size int
+}
+
+// readListQuery parses the request's filter, checks its fields against a
+// resource kind (probe), then reads its page; false after answering 400.
+func readListQuery(w http.ResponseWriter, r *http.Request, probe fieldGetter) (listQuery, bool) {
+	q := r.URL.Query()
 	f, e := parseFilter(q.Get("filter"))
 	if e == nil && !f.check(probe) {
 		e = invalidFilter(q.Get("filter"))
 	}
+	var lq listQuery
+	if e == nil {
+		lq.offset, lq.size, e = paging(q)
+	}
 	if e != nil {
 		writeAPIError(w, e)
-		return nil, false
+		return listQuery{}, false
 	}
-	return f, true
+	lq.filter = f
+	return lq, true
+}
+
+// onPage is the part of matched the query's page shows, and the next
+// page's token (nil on the last page).
+func onPage[T any](lq listQuery, matched []T) ([]T, *string) {
+	end := min(lq.offset+lq.size, len(matched))
+	var items []T
+	if lq.offset < len(matched) {
+		items = matched[lq.offset:end]
+	}
+	var next *string
+	if end < len(matched) {
+		next = proto.String(pageToken(end))
+	}
+	return items, next
 }
 
 func warning(code, message, scope string) *computepb.Warning {
 	return &computepb.Warning{Code: proto.String(code), Message: proto.String(message),
 		Data: []*computepb.Data{{Key: proto.String("scope"), Value: proto.String(scope)}}}
+}
+
+// noResultsOnPage is an aggregated list's warning for a scope with nothing
+// on this page.
+func noResultsOnPage(scope string) *computepb.Warning {
+	return warning("NO_RESULTS_ON_PAGE", fmt.Sprintf("There are no results for scope '%s' on this page.", scope), scope)
 }
 
 // aggregatedInstances is instances.aggregatedList: every zone of the
@@ -121,38 +154,29 @@ func (s *Server) aggregatedInstances(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		return
 	}
-	q := r.URL.Query()
-	f, ok := listFilter(w, q, instanceGetter(nil))
+	lq, ok := readListQuery(w, r, instanceGetter(nil))
 	if !ok {
-		return
-	}
-	offset, size, e := paging(q)
-	if e != nil {
-		writeAPIError(w, e)
 		return
 	}
 	var matched []*instance
 	for _, in := range p.sortedInstances() {
-		if !s.knobs.unreachable[in.zone] && f.match(instanceGetter(in.pb)) {
+		if !s.knobs.unreachable[in.zone] && lq.filter.match(instanceGetter(in.pb)) {
 			matched = append(matched, in)
 		}
 	}
-	end := min(offset+size, len(matched))
-	var onPage []*instance
-	if offset < len(matched) {
-		onPage = matched[offset:end]
-	}
+	page, next := onPage(lq, matched)
 	byZone := map[string][]*computepb.Instance{}
-	for _, in := range onPage {
+	for _, in := range page {
 		byZone[in.zone] = append(byZone[in.zone], in.pb)
 	}
 	resp := &computepb.InstanceAggregatedList{
-		Kind:     proto.String("compute#instanceAggregatedList"),
-		Id:       proto.String("projects/" + p.id + "/aggregated/instances"),
-		SelfLink: proto.String(link("projects", p.id, "aggregated/instances")),
-		Items:    map[string]*computepb.InstancesScopedList{},
+		Kind:          proto.String("compute#instanceAggregatedList"),
+		Id:            proto.String("projects/" + p.id + "/aggregated/instances"),
+		SelfLink:      proto.String(link("projects", p.id, "aggregated/instances")),
+		Items:         map[string]*computepb.InstancesScopedList{},
+		NextPageToken: next,
 	}
-	partial := q.Get("returnPartialSuccess") == "true"
+	partial := r.URL.Query().Get("returnPartialSuccess") == "true"
 	for _, z := range s.ix.zones {
 		scope := "zones/" + z
 		switch {
@@ -165,12 +189,8 @@ func (s *Server) aggregatedInstances(w http.ResponseWriter, r *http.Request) {
 		case len(byZone[z]) > 0:
 			resp.Items[scope] = &computepb.InstancesScopedList{Instances: byZone[z]}
 		default:
-			resp.Items[scope] = &computepb.InstancesScopedList{Warning: warning("NO_RESULTS_ON_PAGE",
-				fmt.Sprintf("There are no results for scope '%s' on this page.", scope), scope)}
+			resp.Items[scope] = &computepb.InstancesScopedList{Warning: noResultsOnPage(scope)}
 		}
-	}
-	if end < len(matched) {
-		resp.NextPageToken = proto.String(pageToken(end))
 	}
 	writeProto(w, resp)
 }
@@ -190,19 +210,13 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, BackendError())
 		return
 	}
-	q := r.URL.Query()
-	f, ok := listFilter(w, q, instanceGetter(nil))
+	lq, ok := readListQuery(w, r, instanceGetter(nil))
 	if !ok {
-		return
-	}
-	offset, size, e := paging(q)
-	if e != nil {
-		writeAPIError(w, e)
 		return
 	}
 	var matched []*computepb.Instance
 	for _, in := range p.sortedInstances() {
-		if in.zone == zone && f.match(instanceGetter(in.pb)) {
+		if in.zone == zone && lq.filter.match(instanceGetter(in.pb)) {
 			matched = append(matched, in.pb)
 		}
 	}
@@ -211,12 +225,6 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
 		Id:       proto.String("projects/" + p.id + "/zones/" + zone + "/instances"),
 		SelfLink: proto.String(link("projects", p.id, "zones", zone, "instances")),
 	}
-	end := min(offset+size, len(matched))
-	if offset < len(matched) {
-		resp.Items = matched[offset:end]
-	}
-	if end < len(matched) {
-		resp.NextPageToken = proto.String(pageToken(end))
-	}
+	resp.Items, resp.NextPageToken = onPage(lq, matched)
 	writeProto(w, resp)
 }

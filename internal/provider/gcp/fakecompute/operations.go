@@ -149,6 +149,16 @@ func (s *Server) finishOp(op *operation) {
 	}
 }
 
+// notReady answers 400 resourceNotReady while op runs on resource (a
+// resource takes one operation at a time); false when op is nil.
+func notReady(w http.ResponseWriter, op *operation, resource string) bool {
+	if op == nil {
+		return false
+	}
+	writeAPIError(w, ResourceNotReady(resource))
+	return true
+}
+
 // touch counts one poll for every operation running on target (a GET of
 // it), when knobs.advanceOnGet.
 func (s *Server) touch(p *projectState, target string) {

@@ -600,6 +600,29 @@ func (s *Server) rememberRequestID(r *http.Request, p *projectState, op *operati
 	}
 }
 
+// answerOp starts op and answers the call that made it with it; a repeat
+// of the call's requestId gets the same operation.
+func (s *Server) answerOp(w http.ResponseWriter, r *http.Request, p *projectState, op *operation) {
+	s.rememberRequestID(r, p, op)
+	s.startOp(op)
+	writeProto(w, op.pb)
+}
+
+// answeredEarly answers a call on an existing resource before it is looked
+// up: 404 for an unknown project, or the operation an earlier call with
+// this requestId started. It reports whether w was answered.
+func (s *Server) answeredEarly(w http.ResponseWriter, r *http.Request) bool {
+	p := s.project(w, r)
+	return p == nil || s.requestIDOp(w, r, p)
+}
+
+// answerGet answers a GET with the resource, then counts one poll for the
+// operations running on target (as an instance GET does).
+func (s *Server) answerGet(w http.ResponseWriter, p *projectState, pb proto.Message, target string) {
+	writeProto(w, pb)
+	s.touch(p, target)
+}
+
 // ---- state inspection and seeding, for tests ----
 
 // Instance returns a copy of the instance as a GET would answer it (without
