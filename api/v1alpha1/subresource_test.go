@@ -225,8 +225,8 @@ func TestProxyTable(t *testing.T) {
 	}
 	p.Status = v1alpha1.ProxyStatus{Phase: v1alpha1.PhaseRunning, Endpoint: "127.0.0.1:40001", EgressIP: "203.0.113.7",
 		Egress: &v1alpha1.EgressObservation{Source: "Echo", ProviderID: "i-1"}, Conditions: []metav1.Condition{{
-		Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRunning, Message: "serving at 127.0.0.1:40001",
-		LastTransitionTime: metav1.Now()}}}
+			Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonRunning, Message: "serving at 127.0.0.1:40001",
+			LastTransitionTime: metav1.Now()}}}
 	if err := env.Client.Status().Update(ctx, p); err != nil {
 		t.Fatal(err)
 	}
