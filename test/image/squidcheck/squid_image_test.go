@@ -287,7 +287,9 @@ type secretVolume struct {
 	dir          string
 	mode         os.FileMode
 	gid, version int
-	written      time.Time // the last write
+	// mtime is the modification time of the last file written, as the
+	// file system stamped it.
+	mtime time.Time
 }
 
 func newSecretVolume(t *testing.T, mode int32, fsGroup int64) *secretVolume {
@@ -304,11 +306,15 @@ func (v *secretVolume) write(t *testing.T, data map[string][]byte) {
 	// whole seconds, changed: a rotation written in the second of the last
 	// write would go unseen (it did, in CI, where Squid started and
 	// answered within that second). The kubelet's writes are seconds apart
-	// at the least, so wait for the clock's next second.
-	if !v.written.IsZero() {
-		time.Sleep(time.Until(v.written.Truncate(time.Second).Add(time.Second)))
+	// at the least, so wait until the file system stamps a later second.
+	// Its clock, not time.Now: the kernel stamps files from a coarse clock
+	// up to a tick behind, so a write just after the second turned could
+	// still be stamped with the old one (a rotation went unseen so, one CI
+	// run in several: "bob's new password admitted after the rotation: not
+	// reached within 1m0s: status 407").
+	if !v.mtime.IsZero() {
+		v.awaitFileClockPast(t, v.mtime)
 	}
-	defer func() { v.written = time.Now() }()
 	v.version++
 	ts := fmt.Sprintf("..2026_12_02_00_00_%02d.%d", v.version, os.Getpid())
 	if err := os.Mkdir(filepath.Join(v.dir, ts), 0o755); err != nil {
@@ -331,6 +337,16 @@ func (v *secretVolume) write(t *testing.T, data map[string][]byte) {
 				t.Fatal(err)
 			}
 		}
+	}
+	for k := range data {
+		fi, err := os.Stat(filepath.Join(v.dir, ts, k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !v.mtime.IsZero() && fi.ModTime().Unix() <= v.mtime.Unix() {
+			t.Fatalf("%s stamped %v, in the second of the last write (%v): basic_ncsa_auth would not read it", k, fi.ModTime(), v.mtime)
+		}
+		v.mtime = fi.ModTime()
 	}
 	tmp := filepath.Join(v.dir, "..data_tmp")
 	if err := os.Symlink(ts, tmp); err != nil {
@@ -406,4 +422,26 @@ func hasOption(opts, want string) bool {
 		}
 	}
 	return false
+}
+
+// awaitFileClockPast waits until a file written in the volume's directory
+// is stamped with a later second than last.
+func (v *secretVolume) awaitFileClockPast(t *testing.T, last time.Time) {
+	t.Helper()
+	probe := filepath.Join(v.dir, "..clock")
+	defer os.Remove(probe)
+	testenv.EventuallyNil(t, "the file system's clock past "+last.Format(time.RFC3339), func() error {
+		_ = os.Remove(probe) // a new file, stamped now
+		if err := os.WriteFile(probe, nil, 0o600); err != nil {
+			return err
+		}
+		fi, err := os.Stat(probe)
+		if err != nil {
+			return err
+		}
+		if fi.ModTime().Unix() <= last.Unix() {
+			return fmt.Errorf("a file written now is stamped %v", fi.ModTime())
+		}
+		return nil
+	})
 }
