@@ -50,7 +50,7 @@ func gcpEntryAt(t *testing.T, env *gcptest.Env, endpoint string, poll time.Durat
 	t.Cleanup(func() { _ = p.Close() })
 	b := provider.WithBoundary("gce", gcp.Type, p)
 	return &registry.Entry{Name: "gce", Type: gcp.Type, Provider: b.Provider, Checker: b.Checker,
-		Secondary: b.Secondary, PollInterval: poll}
+		Secondary: b.Secondary, Mover: b.Mover, PollInterval: poll}
 }
 
 // countingLimiter records what the reconciler asks a backoff for.
@@ -287,10 +287,7 @@ func TestGCPProxyLifecycleRequestLog(t *testing.T) {
 	step("create step (background): rule, insert, operations")
 	// The guest's reporter publishes that Squid answers once the VM runs
 	// (on GCE: the startup script's timer).
-	gZone, gName, _ := strings.Cut(strings.TrimPrefix(px.Status.ProviderID, "zones/"), "/instances/")
-	now := time.Now()
-	if err := gce.Fake.SetGuestAttribute(gce.Project, gZone, gName, servingreport.GuestAttributeNamespace, servingreport.GuestAttributeKey,
-		servingreport.Format(servingreport.Report{Serving: true, Checked: now, Answered: now, CloudInit: servingreport.CloudInitDone})); err != nil {
+	if err := reportServing(gce, px.Status.ProviderID); err != nil {
 		t.Fatalf("the guest's report: %v", err)
 	}
 	px = d.reconcileUntil("web", 5, "Ready", hasReason("True/Running"))
@@ -386,15 +383,7 @@ func reportServing(gce *gcptest.Env, id string) error {
 // Retain Proxy's address stays, labelled.
 func TestGCPEgressAddressKeptThroughAReplacement(t *testing.T) {
 	gce := gcptest.New(t)
-	p, err := gcp.New("gce", gcp.Config{Project: gce.Project, Endpoint: gce.Endpoint(), CredentialsFile: gce.KeyFile,
-		DefaultZone: "us-central1-a"}, providerOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	b := provider.WithBoundary("gce", gcp.Type, p)
-	entry := &registry.Entry{Name: "gce", Type: gcp.Type, Provider: b.Provider, Checker: b.Checker,
-		Secondary: b.Secondary, Mover: b.Mover, PollInterval: 50 * time.Millisecond}
+	entry := gcpEntry(t, gce, 50*time.Millisecond)
 	if entry.Mover == nil {
 		t.Fatal("the gcp provider is no EgressAddressMover")
 	}
@@ -484,15 +473,7 @@ func TestGCPEgressAddressKeptThroughAReplacement(t *testing.T) {
 // is never touched.
 func TestGCPOrphanedEgressAddressCollected(t *testing.T) {
 	gce := gcptest.New(t)
-	p, err := gcp.New("gce", gcp.Config{Project: gce.Project, Endpoint: gce.Endpoint(), CredentialsFile: gce.KeyFile,
-		DefaultZone: "us-central1-a"}, providerOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	b := provider.WithBoundary("gce", gcp.Type, p)
-	entry := &registry.Entry{Name: "gce", Type: gcp.Type, Provider: b.Provider, Checker: b.Checker,
-		Secondary: b.Secondary, Mover: b.Mover, PollInterval: 50 * time.Millisecond}
+	entry := gcpEntry(t, gce, 50*time.Millisecond)
 	providers := &staticProviders{entries: map[string]*registry.Entry{"gce": entry}}
 	d := newDirect(t, providers)
 	px := newProxy("orphan", "gce")
