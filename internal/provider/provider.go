@@ -215,6 +215,12 @@ type CreateRequest struct {
 	// instance. A provider that cannot keep one refuses with ErrPermanent
 	// naming spec.egressAddress.
 	EgressAddress *EgressAddress
+	// StaticAddress, when set, is the address the instance's NIC takes
+	// instead of asking DHCP: the Proxy's address from its entry's
+	// addressPool, which outlives its instances. A provider whose profile
+	// has no static addresses never gets one (the registry refuses an
+	// addressPool on its entries).
+	StaticAddress *StaticAddress
 }
 
 // CheckResult is the outcome of one health check.
