@@ -34,6 +34,7 @@ help: ## Show the targets.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from the markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./..." output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) crd paths=sigs.k8s.io/cluster-api/api/ipam/v1beta2 output:crd:artifacts:config=config/components/ipam-crds
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
@@ -45,7 +46,7 @@ providers-doc: ## Generate docs/providers.md and docs/api.md's ready-per-provide
 
 .PHONY: verify-generated
 verify-generated: manifests generate providers-doc ## Fail when generated files are stale.
-	@git diff --exit-code -- api config/crd config/rbac docs/providers.md docs/api.md || { echo "generated files are stale: run 'make manifests generate providers-doc' and commit"; exit 1; }
+	@git diff --exit-code -- api config/crd config/components/ipam-crds config/rbac docs/providers.md docs/api.md || { echo "generated files are stale: run 'make manifests generate providers-doc' and commit"; exit 1; }
 
 .PHONY: fmt
 fmt:

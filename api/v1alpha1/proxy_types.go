@@ -232,6 +232,7 @@ type ProxySpec struct {
 // EgressAddressSpec asks for an egress address that outlives the Proxy's
 // instances.
 // +kubebuilder:validation:XValidation:rule="!has(self.name) || !has(self.reclaimPolicy) || self.reclaimPolicy == 'Retain'",message="reclaimPolicy Delete applies to an address the operator reserves: an address the user reserved (name) is never deleted; leave reclaimPolicy out"
+// +kubebuilder:validation:XValidation:rule="!has(self.address) || (!has(self.name) && !has(self.reclaimPolicy))",message="address picks an address from the entry's addressPool; name and reclaimPolicy are for addresses the backend reserves (gcp)"
 type EgressAddressSpec struct {
 	// Name is an address the user reserved already (gcp: a regional static
 	// address in the instance's region, external or internal as the
@@ -250,6 +251,15 @@ type EgressAddressSpec struct {
 	// +kubebuilder:validation:Enum=Delete;Retain
 	// +optional
 	ReclaimPolicy string `json:"reclaimPolicy,omitempty"`
+	// Address asks for this address from the entry's addressPool (kvm,
+	// kvm2, proxmox), e.g. one a partner already allow-lists. It must be in
+	// the pool and free; without it the Proxy gets the pool's lowest free
+	// address. Every Proxy on an entry with an addressPool gets one, so
+	// spec.egressAddress is needed only to pick it.
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IPv4 or IPv6 address"
+	// +optional
+	Address string `json:"address,omitempty"`
 }
 
 // Reclaim policies of spec.egressAddress.
@@ -437,8 +447,17 @@ type ProxyStatus struct {
 
 // EgressAddressStatus is where a Proxy's kept egress address is.
 type EgressAddressStatus struct {
-	// Name is the address's name on the backend.
+	// Name is the address's name on the backend (gcp), or the IPAddress
+	// object that holds the Proxy's address from its entry's addressPool
+	// (in the Proxy's namespace, named as its IPAddressClaim).
 	Name string `json:"name"`
+	// Address is the address itself, for an address from a pool.
+	// +optional
+	Address string `json:"address,omitempty"`
+	// Pool is the IPAM pool the address came from, as
+	// <kind>.<apiGroup>/<name>.
+	// +optional
+	Pool string `json:"pool,omitempty"`
 	// ProviderID is the instance that holds it.
 	// +optional
 	ProviderID string `json:"providerID,omitempty"`

@@ -208,7 +208,7 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		r.report(px, observation{seen: secretUnresolved, err: err})
 		return ctrl.Result{RequeueAfter: r.transientBackoff.When(key(px))}
 	}
-	req := createRequest(px, cloudInit, users, entry.Users != nil)
+	req := createRequest(px, cloudInit, users, entry.Users != nil, poolShape(entry))
 	if r.latched(ctx, px, entry, req.Name) {
 		// A permanent failure is not retried until what it was seen under
 		// changes; the status says what.
@@ -233,6 +233,26 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 	}
 	rec.store(&px.Status)
 	r.deleteSuperseded(ctx, entry, px)
+
+	if entry.AddressPool() != nil {
+		if px.Status.ProviderID == "" {
+			// A new instance on the pool address: the one that holds it
+			// goes first.
+			if left := r.releaseForPool(ctx, entry, px); left > 0 {
+				r.report(px, observation{seen: addressReleasing, backlog: left, next: req.Name})
+				return ctrl.Result{RequeueAfter: entry.PollInterval}
+			}
+		}
+		static, err := r.poolAddress(ctx, entry, px, px.Status.ProviderID == "")
+		if p, ok := isPoolPending(err); ok {
+			r.report(px, observation{seen: addressPending, err: p})
+			return ctrl.Result{RequeueAfter: poolPendingPoll}
+		}
+		if err != nil {
+			return r.failed(ctx, entry, px, req, err)
+		}
+		req.StaticAddress = static
+	}
 
 	switch {
 	case px.Status.ProviderID == "":

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -30,8 +31,15 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, px *egressv1.Prox
 	if !done {
 		return r.written(ctx, res, r.writeStatus(ctx, before, px))
 	}
+	if released, err := r.releasePoolAddress(ctx, px); err != nil || !released {
+		if err == nil {
+			err = errPoolPending{fmt.Sprintf("releasing the Proxy's address %s (IPAddressClaim %s/%s)", px.Status.EgressAddress.Address, px.Namespace, px.Name)}
+		}
+		r.report(px, observation{seen: addressPending, err: err})
+		return r.written(ctx, ctrl.Result{RequeueAfter: poolPendingPoll}, r.writeStatus(ctx, before, px))
+	}
 	r.forget(key(px))
-	if a := egressAddressOf(px); a != nil && a.Reserve && a.Retain && px.Status.EgressAddress != nil {
+	if a := egressAddressOf(px, pooled(px)); a != nil && a.Reserve && a.Retain && px.Status.EgressAddress != nil {
 		r.event(px, corev1.EventTypeNormal, ReasonEgressAddressRetained, "Delete",
 			"address %s stays reserved (reclaimPolicy Retain), labelled with this Proxy's UID; a new Proxy takes it over with spec.egressAddress.name: %s",
 			a.Name, a.Name)
@@ -122,7 +130,7 @@ func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Prox
 // a Proxy that asks for one pays the listing; what an earlier spec reserved
 // is the collector's, as an orphan, once the Proxy is gone.
 func (r *ProxyReconciler) deleteProxyOwn(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy) (ctrl.Result, bool) {
-	if a := egressAddressOf(px); a == nil || !a.Reserve || a.Retain {
+	if a := egressAddressOf(px, pooled(px)); a == nil || !a.Reserve || a.Retain {
 		return ctrl.Result{}, true
 	}
 	if err := r.deleteOwnedSecondaries(ctx, entry, px, nil, proxysOwn); err != nil {

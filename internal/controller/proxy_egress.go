@@ -131,7 +131,15 @@ const moveTimeout = 2 * time.Minute
 // as read again after a move, since its address may be the moved one. A
 // failure leaves the retiring instance serving; the next pass tries again.
 func (r *ProxyReconciler) holdEgressAddress(ctx context.Context, entry *registry.Entry, px *egressv1.Proxy, inst provider.Instance) (provider.Instance, error) {
-	addr := egressAddressOf(px)
+	if entry.AddressPool() != nil {
+		// A pool address is the instance's own from its first boot
+		// (proxy_pool.go): nothing moves; the status says who holds it.
+		if px.Status.EgressAddress != nil {
+			px.Status.EgressAddress.ProviderID = inst.ID
+		}
+		return inst, nil
+	}
+	addr := egressAddressOf(px, false)
 	if addr == nil || entry.Mover == nil {
 		px.Status.EgressAddress = nil
 		return inst, nil

@@ -119,6 +119,16 @@ func lost(r record) record {
 	return r
 }
 
+// release records that the retiring instance goes before its successor is
+// made: it holds an address that no two instances may hold at once (its
+// entry's pool address), so nothing serves until current runs.
+func release(r record) record {
+	r.superseded = supersede(r.superseded, r.retiring)
+	r.retiring, r.retiringName = "", ""
+	r.serving = false
+	return r
+}
+
 // retiredGone records that the retiring instance vanished: nothing serves
 // until current runs.
 func retiredGone(r record) record {

@@ -41,13 +41,17 @@ type shape struct {
 	// is made with it, and its reclaim policy is written on the address
 	// by the Create that reserves or adopts it. Omitted when absent.
 	EgressAddress *egressv1.EgressAddressSpec `json:"egressAddress,omitempty"`
+	// AddressPool is the entry's IPAM pool, when it has one: an entry that
+	// gains, loses or changes its pool moves its Proxies onto (or off) a
+	// pool address. Omitted when none.
+	AddressPool string `json:"addressPool,omitempty"`
 }
 
 // shapeOf computes the shape hash of a Proxy's spec with its resolved
 // cloud-init and clientAuth users; usersInPlace says the provider rewrites
 // the users of a running instance. The order of allowedSourceRanges does
 // not matter.
-func shapeOf(spec egressv1.ProxySpec, cloudInit, clientAuth provider.Sensitive, usersInPlace bool, autoheals int32) string {
+func shapeOf(spec egressv1.ProxySpec, cloudInit, clientAuth provider.Sensitive, usersInPlace bool, autoheals int32, pool string) string {
 	ranges := append([]string(nil), spec.AllowedSourceRanges...)
 	sort.Strings(ranges)
 	sh := shape{
@@ -58,6 +62,7 @@ func shapeOf(spec egressv1.ProxySpec, cloudInit, clientAuth provider.Sensitive, 
 		Destinations:        destinationsOf(spec.Destinations),
 		Autoheals:           autoheals,
 		EgressAddress:       spec.EgressAddress,
+		AddressPool:         pool,
 	}
 	if usersInPlace {
 		sh.ClientAuth = clientAuth.Len() > 0
@@ -97,7 +102,7 @@ func placementOf(p egressv1.Placement) provider.Placement {
 // createRequest builds the provider request for a Proxy. It is pure: the
 // cloud-init and the clientAuth users are resolved by the caller, who also
 // says whether the provider rewrites users in place (shapeOf).
-func createRequest(px *egressv1.Proxy, cloudInit, clientAuth provider.Sensitive, usersInPlace bool) provider.CreateRequest {
+func createRequest(px *egressv1.Proxy, cloudInit, clientAuth provider.Sensitive, usersInPlace bool, pool string) provider.CreateRequest {
 	port := px.Spec.Port
 	if port == 0 {
 		port = defaultPort // the CRD defaults it; this covers objects made before the default existed
@@ -105,7 +110,7 @@ func createRequest(px *egressv1.Proxy, cloudInit, clientAuth provider.Sensitive,
 	spec := px.Spec
 	spec.Port = port
 	return provider.CreateRequest{
-		Name:                provider.InstanceName(px.Namespace, px.Name, string(px.UID), shapeOf(spec, cloudInit, clientAuth, usersInPlace, px.Status.Autoheals)),
+		Name:                provider.InstanceName(px.Namespace, px.Name, string(px.UID), shapeOf(spec, cloudInit, clientAuth, usersInPlace, px.Status.Autoheals, pool)),
 		Namespace:           px.Namespace,
 		ProxyName:           px.Name,
 		UID:                 string(px.UID),
@@ -115,16 +120,18 @@ func createRequest(px *egressv1.Proxy, cloudInit, clientAuth provider.Sensitive,
 		ClientAuth:          clientAuth,
 		CloudInit:           cloudInit,
 		Placement:           placementOf(px.Spec.Placement),
-		EgressAddress:       egressAddressOf(px),
+		EgressAddress:       egressAddressOf(px, pool != ""),
 	}
 }
 
 // egressAddressOf is spec.egressAddress as providers take it: the user's
 // address by name, or the one reserved for this Proxy under a name derived
 // from it (stable for its life, whatever its shape).
-func egressAddressOf(px *egressv1.Proxy) *provider.EgressAddress {
+func egressAddressOf(px *egressv1.Proxy, pooled bool) *provider.EgressAddress {
 	spec := px.Spec.EgressAddress
-	if spec == nil {
+	if spec == nil || pooled {
+		// An entry with an addressPool keeps the address itself
+		// (proxy_pool.go); the provider only configures it.
 		return nil
 	}
 	if spec.Name != "" {

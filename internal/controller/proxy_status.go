@@ -49,6 +49,12 @@ const (
 	instanceStarted
 	// deletingInstance: the deletion pass deletes the instance id.
 	deletingInstance
+	// addressReleasing: backlog instances that held the Proxy's pool
+	// address are deleted before the instance next is created on it.
+	addressReleasing
+	// addressPending: the Proxy's pool address is not bound yet (err says
+	// what is awaited), or, deleting, not released yet.
+	addressPending
 )
 
 // observation is one finding of a pass, with what of the Proxy bears on
@@ -150,6 +156,11 @@ func deriveStatus(o observation) shown {
 	case supersededBacklog:
 		return o.notServing(egressv1.ReasonProvisioning,
 			fmt.Sprintf("waiting for %d superseded instances to be deleted before creating %s", o.backlog, o.next), "")
+	case addressReleasing:
+		return o.notServing(egressv1.ReasonProvisioning,
+			fmt.Sprintf("deleting %d instance(s) on the Proxy's pool address before creating %s on it: the address is never on two instances", o.backlog, o.next), "")
+	case addressPending:
+		return o.notServing(egressv1.ReasonProvisioning, o.err.Error(), o.unlessServing(egressv1.PhasePending))
 	case instanceStarted:
 		if !o.interrupted && o.inst.Progress == "" {
 			return shown{keep: true} // InstanceStopped until the start completes
@@ -253,6 +264,8 @@ func deriveDeleting(o observation) shown {
 			o.id, o.providerName, egressv1.AnnotationForceRelease)
 	case deletingInstance:
 		s.reason, s.message = egressv1.ReasonDeleting, "deleting instance "+o.id
+	case addressPending:
+		s.reason, s.message = egressv1.ReasonDeleting, o.err.Error()
 	case failure:
 		s.message = "deleting the instance: " + o.err.Error()
 		switch provider.ClassOf(o.err) {

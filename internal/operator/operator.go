@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -28,6 +29,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/controller"
@@ -47,6 +50,7 @@ var Scheme = runtime.NewScheme()
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
 	utilruntime.Must(egressv1.AddToScheme(Scheme))
+	utilruntime.Must(ipamv1.AddToScheme(Scheme))
 }
 
 // Options are the operator's settings; BindFlags maps them to flags.
@@ -281,6 +285,18 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	if err := rec.SetupWithManager(mgr, o.MaxConcurrentReconciles, providersChanged); err != nil {
 		return nil, fmt.Errorf("proxy controller: %w", err)
 	}
+	if served, err := ipamServed(mgr); err != nil {
+		return nil, err
+	} else if served {
+		pools := &controller.AddressPoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+			Providers: op.Registry, Namespaces: o.Namespaces}
+		if err := pools.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("address pool controller: %w", err)
+		}
+	} else {
+		log.Info("Cluster API's IPAM types are not served: the providers config's address pools are not served either (config/components/ipam-crds)",
+			"group", ipamv1.GroupVersion.String())
+	}
 	collector := &gc.Collector{
 		Reader:           mgr.GetClient(),
 		Providers:        op.Registry,
@@ -430,4 +446,19 @@ func orDur(d, def time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+// ipamServed says whether the cluster serves Cluster API's IPAM types, so
+// the built-in allocator can watch its claims; without them no entry's
+// address pool can be served (its Proxies say so).
+func ipamServed(mgr ctrl.Manager) (bool, error) {
+	_, err := mgr.GetRESTMapper().RESTMapping(ipamv1.GroupVersion.WithKind("IPAddressClaim").GroupKind(), ipamv1.GroupVersion.Version)
+	switch {
+	case err == nil:
+		return true, nil
+	case meta.IsNoMatchError(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("asking the API server for %s: %w", ipamv1.GroupVersion, err)
+	}
 }

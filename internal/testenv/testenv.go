@@ -31,6 +31,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+
 	"github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 )
 
@@ -60,6 +62,7 @@ func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
 	utilruntime.Must(apiextensionsv1.AddToScheme(Scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(Scheme))
+	utilruntime.Must(ipamv1.AddToScheme(Scheme))
 }
 
 // Env is a running control plane.
@@ -98,7 +101,8 @@ func WithAssetsDir(dir string) Option {
 }
 
 // WithCRDPaths installs the CRDs from these files or directories instead of
-// <repo>/config/crd/bases; with no paths, none are installed.
+// <repo>/config/crd/bases and Cluster API's IPAM types; with no paths, none are
+// installed.
 func WithCRDPaths(paths ...string) Option {
 	return func(o *options) { o.crdPaths = append(make([]string, 0, len(paths)), paths...) }
 }
@@ -151,7 +155,9 @@ func New(opts ...Option) (*Env, error) {
 		if err != nil {
 			return nil, err
 		}
-		crdPaths = []string{filepath.Join(root, "config", "crd", "bases")}
+		// Cluster API's IPAM types too, as a cluster that serves address
+		// pools has them (config/components/ipam-crds).
+		crdPaths = []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "config", "components", "ipam-crds")}
 	}
 
 	te := &envtest.Environment{

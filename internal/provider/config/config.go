@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/ippool"
 )
 
 // Entry is one provider entry with its type block still undecoded.
@@ -30,6 +32,9 @@ type Entry struct {
 	Settings json.RawMessage
 	// Autoheal is the entry's autoheal block, defaults applied.
 	Autoheal Autoheal
+	// AddressPool is the entry's addressPool block, validated; nil when it
+	// has none. Whether its type takes one is the registry's to say.
+	AddressPool *ippool.Spec
 	// Path is the entry's place in the file, for error messages.
 	Path *field.Path
 }
@@ -146,6 +151,15 @@ func Parse(data []byte, types []string) ([]Entry, error) {
 					errs = append(errs, fe...)
 				} else {
 					errs = append(errs, e.Autoheal.validate(p.Child(k))...)
+				}
+			case k == "addressPool":
+				pool := &ippool.Spec{}
+				if fe := Strict(raw[k], pool, p.Child(k)); len(fe) > 0 {
+					errs = append(errs, fe...)
+				} else if fe := pool.Validate(p.Child(k)); len(fe) > 0 {
+					errs = append(errs, fe...)
+				} else {
+					e.AddressPool = pool
 				}
 			case k == e.Type:
 				if !bytes.Equal(bytes.TrimSpace(raw[k]), []byte("null")) {

@@ -61,6 +61,11 @@ type Type struct {
 	// PollInterval is how often the reconciler reads an instance that is
 	// still provisioning: seconds for Pods, longer for VMs that boot.
 	PollInterval time.Duration
+	// AddressPools: the provider renders CreateRequest.StaticAddress into
+	// its instances' network configuration, so its entries may have an
+	// addressPool. Set from the profile's static-address axis
+	// (registry.DefaultTypes), never by hand.
+	AddressPools bool
 	// ProviderType is the Go type New returns (TypeOf sets it), so tests
 	// read what the provider implements and where its package is without
 	// a list of their own; nil for a Type built by hand.

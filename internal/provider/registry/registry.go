@@ -66,6 +66,8 @@ type Entry struct {
 	// autoheal is the entry's autoheal block, swapped in place when only it
 	// changes (the provider is kept); shared by copies of the entry.
 	autoheal *atomic.Pointer[config.Autoheal]
+	// pool is the entry's address pool, swapped in place like autoheal.
+	pool *atomic.Pointer[AddressPool]
 
 	settings any // as Parse returned them, to tell a changed entry on reload
 	closer   io.Closer
@@ -169,9 +171,14 @@ func (r *Registry) Apply(entries []config.Entry) error {
 
 	next := make(map[string]*Entry, len(ps))
 	var built []*Entry
+	var repooled []string // kept entries whose pool changed: their Proxies are re-evaluated
 	for _, p := range ps {
 		if prev, ok := old[p.e.Name]; ok && prev.Type == p.e.Type && reflect.DeepEqual(prev.settings, p.settings) {
+			if !reflect.DeepEqual(prev.AddressPool(), p.pool) {
+				repooled = append(repooled, p.e.Name)
+			}
 			prev.SetAutoheal(p.e.Autoheal)
+			prev.SetAddressPool(p.pool)
 			next[p.e.Name] = prev
 			continue
 		}
@@ -184,6 +191,7 @@ func (r *Registry) Apply(entries []config.Entry) error {
 		}
 		e.settings = p.settings
 		e.SetAutoheal(p.e.Autoheal)
+		e.SetAddressPool(p.pool)
 		e.Revision = revision(p.e.Type, string(p.e.Settings))
 		built = append(built, e)
 		next[p.e.Name] = e
@@ -194,7 +202,7 @@ func (r *Registry) Apply(entries []config.Entry) error {
 	listeners := append([]func([]string){}, r.changed...)
 	r.mu.Unlock()
 
-	var changed []string
+	changed := repooled
 	for _, e := range built {
 		changed = append(changed, e.Name)
 	}
@@ -239,6 +247,7 @@ func (e *Entry) Autoheal() config.Autoheal {
 type parsed struct {
 	e        config.Entry
 	settings any
+	pool     *AddressPool
 }
 
 // Validate parses every entry's settings and reports all errors at once,
@@ -259,7 +268,14 @@ func (r *Registry) parse(entries []config.Entry) ([]parsed, error) {
 		}
 		s, fe := t.Parse(e.Settings, e.SettingsPath())
 		errs = append(errs, fe...)
-		ps = append(ps, parsed{e, s})
+		if fe := checkAddressPool(e, t); fe != nil {
+			errs = append(errs, fe)
+		}
+		pool, err := addressPoolOf(e.Name, e.AddressPool)
+		if err != nil {
+			errs = append(errs, field.Invalid(e.Path.Child("addressPool"), "", err.Error()))
+		}
+		ps = append(ps, parsed{e: e, settings: s, pool: pool})
 	}
 	return ps, errs.ToAggregate()
 }

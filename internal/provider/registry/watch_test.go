@@ -2,13 +2,14 @@ package registry
 
 import (
 	"context"
-	"github.com/go-logr/logr"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
