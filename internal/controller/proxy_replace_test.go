@@ -50,7 +50,13 @@ func TestReshapeTransitions(t *testing.T) {
 			}
 		})
 	}
-	got := cutover(record{current: "b", currentName: "B", retiring: "a", retiringName: "A", serving: true})
+	// A pool address: the serving instance goes before its successor is
+	// made, and nothing serves meanwhile.
+	got := release(reshape(record{current: "a", currentName: "A", serving: true}, "B"))
+	if want := (record{superseded: []string{"a"}}); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("release after reshape = %+v, want %+v", got, want)
+	}
+	got = cutover(record{current: "b", currentName: "B", retiring: "a", retiringName: "A", serving: true})
 	if want := (record{current: "b", currentName: "B", superseded: []string{"a"}, serving: true}); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("cutover = %+v, want %+v", got, want)
 	}

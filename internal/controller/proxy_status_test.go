@@ -179,6 +179,11 @@ var statusTable = []statusRow{
 	{name: "superseded backlog while replacing", status: replacesAWithB,
 		o:    observation{seen: supersededBacklog, backlog: 16, next: "C"},
 		want: whileReplacing("waiting for 16 superseded instances to be deleted before creating C")},
+	{name: "pool address: the old instance goes first", status: replacesAWithB, then: release,
+		o:    observation{seen: addressReleasing, backlog: 1, next: "B"},
+		want: falseFor(egressv1.ReasonProvisioning, "deleting 1 instance(s) on the Proxy's pool address before creating B on it: the address is never on two instances", "")},
+	{name: "pool address not bound yet", status: nothingYet, o: observation{seen: addressPending, err: errPoolPending{"waiting for the pool"}},
+		want: falseFor(egressv1.ReasonProvisioning, "waiting for the pool", egressv1.PhasePending)},
 
 	// Provider failures, by class and by what serves.
 	{name: "transient, nothing serving", status: provisionsA, o: observation{seen: failure, err: errTransient},
@@ -236,6 +241,8 @@ var statusTable = []statusRow{
 		want: deletingShows(egressv1.ReasonQuotaExceeded, "deleting the instance: "+errQuota.Error())},
 	{name: "deleting, permanent", status: servesA, deleting: true, o: observation{seen: failure, err: errPermanent},
 		want: deletingShows(egressv1.ReasonPermanentFailure, "deleting the instance: "+errPermanent.Error())},
+	{name: "deleting, the pool address not released yet", status: nothingYet, deleting: true, o: observation{seen: addressPending, err: errPoolPending{"releasing 192.0.2.10"}},
+		want: deletingShows(egressv1.ReasonDeleting, "releasing 192.0.2.10")},
 }
 
 // TestDeriveStatus: what each observation shows, with the transition the
@@ -291,7 +298,7 @@ func TestStatusTableCoversDocs(t *testing.T) {
 			t.Errorf("reason %s (Ready %s) of docs/api.md: no row of the status table shows it", m[1], m[2])
 		}
 	}
-	for f := noProvider; f <= deletingInstance; f++ {
+	for f := noProvider; f <= addressPending; f++ {
 		if !findings[f] {
 			t.Errorf("finding %d: no row of the status table", f)
 		}

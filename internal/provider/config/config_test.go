@@ -207,3 +207,47 @@ func TestParse_Autoheal(t *testing.T) {
 		})
 	}
 }
+
+// The entry's addressPool is decoded strictly and validated by the pool
+// leaf, each error under providers[i].addressPool.
+func TestParse_AddressPool(t *testing.T) {
+	for _, tc := range []struct {
+		name, block string
+		addresses   string
+		err         string
+	}{
+		{name: "none", block: ""},
+		{name: "ranges", block: "addressPool: {addresses: [192.0.2.10-192.0.2.20, 192.0.2.64/28], prefix: 24, gateway: 192.0.2.1}", addresses: "192.0.2.10-192.0.2.20,192.0.2.64/28"},
+		{name: "another IPAM provider's", block: "addressPool: {ipamPoolRef: {apiGroup: ipam.cluster.x-k8s.io, kind: InClusterIPPool, name: dmz}}"},
+		{name: "unknown key", block: "addressPool: {cidr: 192.0.2.0/24}", err: "providers[0].addressPool.cidr"},
+		{name: "not an address", block: "addressPool: {addresses: [192.0.2.300], prefix: 24}", err: "providers[0].addressPool.addresses[0]"},
+		{name: "neither", block: "addressPool: {prefix: 24}", err: "providers[0].addressPool"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := "providers:\n- name: pool\n  type: fake\n"
+			if tc.block != "" {
+				doc += "  " + tc.block + "\n"
+			}
+			es, err := Parse([]byte(doc), []string{"fake"})
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Parse: %v, want an error with %q", err, tc.err)
+				}
+				t.Logf("%s", err)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := es[0].AddressPool
+			switch {
+			case tc.block == "" && got != nil:
+				t.Fatalf("no block, pool %+v", got)
+			case tc.block != "" && got == nil:
+				t.Fatal("the block was dropped")
+			case got != nil && strings.Join(got.Addresses, ",") != tc.addresses:
+				t.Fatalf("addresses %v, want %s", got.Addresses, tc.addresses)
+			}
+		})
+	}
+}
