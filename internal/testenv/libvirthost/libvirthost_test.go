@@ -139,6 +139,10 @@ func TestContained(t *testing.T) {
 		"an ipv4 route":     {header + "eth0\t00000000\t0102000A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n", reject6, loopback, "IPv4 routes"},
 		"an ipv6 route":     {header, reject6 + "00000000000000000000000000000000 00 00000000000000000000000000000000 00 fe800000000000000000000000000001 00000400 00000001 00000000 00000003     eth0\n", loopback, "IPv6 route"},
 		"a non-loopback ip": {header, reject6, append(loopback, &net.IPNet{IP: net.ParseIP("198.51.100.1"), Mask: net.CIDRMask(24, 32)}), "198.51.100.1/24"},
+		"the bridge's documentation range": {header + "eplvbr0\t007100CB\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n", reject6,
+			append(loopback, &net.IPNet{IP: net.ParseIP("203.0.113.1"), Mask: net.CIDRMask(24, 32)}), ""},
+		"a route via the bridge's range": {header + "eplvbr0\t00000000\t017100CB\t0003\t0\t0\t0\t00000000\t0\t0\t0\n", reject6, loopback, "IPv4 routes"},
+		"a wider route":                  {header + "eplvbr0\t000000CB\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n", reject6, loopback, "IPv4 routes"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := contained([]byte(tc.route4), []byte(tc.route6), tc.addrs)
