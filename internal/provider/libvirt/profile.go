@@ -50,6 +50,6 @@ func Profile() profile.Profile {
 				ReasonPoolNotFound, ReasonPoolNotActive, ReasonHypervisorUnavailable, provider.ReasonAPIError},
 		},
 		CredentialRotation: "the key and `known_hosts` are read on every dial: an updated Secret is used from the next connection (a pooled one lives until it dies)",
-		TestedAgainst:      "unit and lifecycle tests against an in-process libvirt RPC server and x/crypto/ssh server; the conformance suite (`test/libvirt/conformance`) against the real libvirtd, QEMU and sshd of the `hack/libvirt` test host",
+		TestedAgainst:      "unit and lifecycle tests against an in-process libvirt RPC server and x/crypto/ssh server; the conformance suite against an in-memory host whose guests boot from their seed, and (`test/libvirt/conformance`) against the real libvirtd, QEMU and sshd of the `hack/libvirt` test host",
 	}
 }
