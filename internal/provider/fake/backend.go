@@ -31,8 +31,12 @@ type Record struct {
 	Marks *provider.Marks
 	State provider.State
 	// IP is the instance's address; providers report it only when Running.
-	IP        string
-	CreatedAt time.Time
+	IP string
+	// StaticAddress is the static address of the Create that made the
+	// instance (CreateRequest.StaticAddress), nil for none: its IP is that
+	// address instead of one from the fake's pool.
+	StaticAddress *provider.StaticAddress
+	CreatedAt     time.Time
 	// Deleting is set while a Delete that returned early is still running.
 	Deleting bool
 	// Serving is what the instance's serving signal says while it runs
@@ -127,7 +131,7 @@ func (b *Backend) SetState(name string, state provider.State) bool {
 	}
 	in.State, in.starting, in.pendingGets, in.createPending = state, false, 0, false
 	if state == provider.StateRunning && in.IP == "" {
-		in.IP, _ = b.freeIPLocked()
+		in.IP, _ = b.addressLocked(in.StaticAddress)
 	}
 	return true
 }
@@ -195,9 +199,28 @@ func (b *Backend) freeIPLocked() (string, bool) {
 	return "", false
 }
 
+// addressLocked is the address an instance takes: its static address,
+// else the lowest free one of the pool.
+func (b *Backend) addressLocked(static *provider.StaticAddress) (string, bool) {
+	if static != nil {
+		return static.Address.Addr().String(), true
+	}
+	return b.freeIPLocked()
+}
+
+func copyStaticAddress(a *provider.StaticAddress) *provider.StaticAddress {
+	if a == nil {
+		return nil
+	}
+	c := *a
+	c.DNS = slices.Clone(a.DNS)
+	return &c
+}
+
 func (in *instance) snapshot() Record {
 	r := in.Record
 	r.Marks = copyMarks(in.Marks)
+	r.StaticAddress = copyStaticAddress(in.StaticAddress)
 	return r
 }
 

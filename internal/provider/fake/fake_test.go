@@ -74,7 +74,8 @@ func harness(configure func(p *fake.Provider)) providertest.Harness {
 			configure(p)
 			return p, withSlow(hook{p}, installation, configure) // slow_test.go
 		},
-		Request: func(_ *testing.T, proxyName, uid string) provider.CreateRequest { return request(proxyName, uid) },
+		Request:       func(_ *testing.T, proxyName, uid string) provider.CreateRequest { return request(proxyName, uid) },
+		StaticAddress: providertest.DocumentationStaticAddress(),
 	}
 }
 

@@ -84,6 +84,10 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	if req.UID == "" {
 		return provider.Instance{}, p.fail(provider.OpCreate, provider.ErrPermanent, errors.New("request has no UID"))
 	}
+	if a := req.StaticAddress; a != nil && (!a.Address.IsValid() || !a.Address.Addr().IsGlobalUnicast()) {
+		return provider.Instance{}, p.fail(provider.OpCreate, provider.ErrPermanent,
+			fmt.Errorf("staticAddress.address %s: not a unicast address with a prefix length", a.Address))
+	}
 
 	unlock, err := p.lockName(ctx, provider.OpCreate, req.Name)
 	if err != nil {
@@ -149,15 +153,16 @@ func (b *Backend) create(req provider.CreateRequest, installation string, startG
 		}
 		return in.view(), true, false, nil
 	}
-	ip, ok := b.freeIPLocked()
+	ip, ok := b.addressLocked(req.StaticAddress)
 	if !ok {
 		return provider.Instance{}, false, false, provider.Errorf(provider.ErrQuotaExceeded, "no free address in %s/24", ipPool)
 	}
 	in := &instance{Record: Record{
-		Name:      req.Name,
-		Marks:     &provider.Marks{Managed: true, UID: req.UID, Installation: installation},
-		IP:        ip,
-		CreatedAt: b.now(),
+		Name:          req.Name,
+		Marks:         &provider.Marks{Managed: true, UID: req.UID, Installation: installation},
+		IP:            ip,
+		StaticAddress: copyStaticAddress(req.StaticAddress),
+		CreatedAt:     b.now(),
 	}}
 	if held {
 		in.State, in.createPending = provider.StateProvisioning, true

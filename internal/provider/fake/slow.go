@@ -336,15 +336,16 @@ func (b *Backend) finishCreate(req provider.CreateRequest, installation string, 
 	defer b.mu.Unlock()
 	in, ok := b.instances[req.Name]
 	if !ok {
-		ip, free := b.freeIPLocked()
+		ip, free := b.addressLocked(req.StaticAddress)
 		if !free {
 			return provider.Errorf(provider.ErrQuotaExceeded, "no free address in %s/24", ipPool)
 		}
 		in = &instance{Record: Record{
-			Name:      req.Name,
-			Marks:     &provider.Marks{Managed: true, UID: req.UID, Installation: installation},
-			IP:        ip,
-			CreatedAt: b.now(),
+			Name:          req.Name,
+			Marks:         &provider.Marks{Managed: true, UID: req.UID, Installation: installation},
+			IP:            ip,
+			StaticAddress: copyStaticAddress(req.StaticAddress),
+			CreatedAt:     b.now(),
 		}}
 		b.instances[req.Name] = in
 		in.start(startGets)
@@ -363,7 +364,7 @@ func (b *Backend) finishCreate(req provider.CreateRequest, installation string, 
 	if in.createPending {
 		in.createPending = false
 		if in.IP == "" {
-			in.IP, _ = b.freeIPLocked()
+			in.IP, _ = b.addressLocked(in.StaticAddress)
 		}
 		in.start(startGets)
 	}

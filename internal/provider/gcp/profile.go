@@ -19,6 +19,7 @@ func Profile() profile.Profile {
 		CreateReturn:       profile.Is(profile.CreateReturnBackground).Note("the in-flight table: firewall rule, insert, its operation"),
 		DeleteReturn:       profile.Is(profile.DeleteReturnReturnsEarly).Note("one operation, followed in the background, then the rule"),
 		IPSource:           profile.Is(profile.IPSourceAssignedAtCreate).Note("the external NAT IP, or the internal IP (`addressMode`)"),
+		StaticAddress:      profile.Is(profile.StaticAddressNone).Note("the VPC gives the internal IP; a kept address is the egress address (`spec.egressAddress`), not the NIC's"),
 		GCMark:             profile.Is(profile.GCMarkNativeLabels, profile.GCMarkWrittenMetadata).Note("labels on instances; description marks on firewall rules"),
 		CreatedAt:          profile.Is(profile.CreatedAtBackendTimestamp).Note("the instance's creationTimestamp"),
 		ListPartial:        profile.Is(profile.ListPartialOmitUnreachable).Note("an aggregated list's unreachable zones are logged and counted"),

@@ -16,6 +16,7 @@ func Profile() profile.Profile {
 		CreateReturn:       profile.Is(profile.CreateReturnSubmit).Note("the ConfigMap, NetworkPolicy, Pod and Service are created; the Pod reads Provisioning until Ready"),
 		DeleteReturn:       profile.Is(profile.DeleteReturnReturnsEarly).Note("deletes are submitted; the reconciler polls Get until NotFound"),
 		IPSource:           profile.Is(profile.IPSourceAssignedAtCreate).Note("the Pod IP; the endpoint is the Service's name"),
+		StaticAddress:      profile.Is(profile.StaticAddressNone).Note("the CNI gives the Pod IP"),
 		GCMark:             profile.Is(profile.GCMarkNativeLabels),
 		CreatedAt:          profile.Is(profile.CreatedAtBackendTimestamp).Note("the Pod's creationTimestamp"),
 		ListPartial:        profile.Is(profile.ListPartialFailWhole).Note("one paged, label-selected list"),

@@ -42,6 +42,10 @@ type plan struct {
 	// script (nocloud.VendorData) or the site's own.
 	userData   provider.Sensitive
 	vendorData provider.Sensitive
+	// networkConfig is the seed's network-config: the request's static
+	// address on the domain's NIC, matched by its MAC; empty (DHCP) without
+	// one.
+	networkConfig provider.Sensitive
 }
 
 // Create makes the domain named req.Name on the host placement.zone names,
@@ -59,7 +63,8 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	log := logr.FromContextOrDiscard(ctx).WithValues("host", pl.host.Name, "name", req.Name)
 	ctx = logr.NewContext(ctx, log)
 	log.V(2).Info("libvirt create resolved", "machineType", pl.machineKey, "vcpus", pl.machine.VCPUs,
-		"memoryMiB", pl.machine.MemoryMiB, "image", pl.image.display(), "cloudInitBytes", len(pl.userData))
+		"memoryMiB", pl.machine.MemoryMiB, "image", pl.image.display(), "cloudInitBytes", len(pl.userData),
+		"staticAddress", staticAddressText(req.StaticAddress))
 
 	unlock, err := p.names.Lock(ctx, req.Name)
 	if err != nil {
@@ -369,6 +374,7 @@ func (p *Provider) precheck(ctx, stop context.Context, b backend, h Host, pool l
 func (p *Provider) writeSeed(ctx context.Context, b backend, pool libvirt.StoragePool, pl plan, req provider.CreateRequest) (libvirt.StorageVol, error) {
 	iso, err := nocloud.Build(nocloud.Seed{
 		InstanceID: req.Name, LocalHostname: req.Name, UserData: pl.userData, VendorData: pl.vendorData,
+		NetworkConfig: pl.networkConfig,
 	})
 	if err != nil {
 		return libvirt.StorageVol{}, err
@@ -486,6 +492,9 @@ func (p *Provider) resolve(req provider.CreateRequest) (plan, error) {
 	if pl.userData, err = squid.UserData(req, p.dest, pl.image.Family, servingreport.PublishFile); err != nil {
 		return plan{}, err
 	}
+	if pl.networkConfig, err = p.networkConfig(pl.host, req); err != nil {
+		return plan{}, err
+	}
 	if p.cfg.VendorData != "" {
 		pl.vendorData = provider.Sensitive(p.cfg.VendorData)
 	} else {
@@ -493,6 +502,39 @@ func (p *Provider) resolve(req provider.CreateRequest) (plan, error) {
 		pl.vendorData = nocloud.VendorData(nocloud.OwnCloudInitReporter(req, p.dest), p.cfg.InstallGuestAgent != nil && *p.cfg.InstallGuestAgent)
 	}
 	return pl, nil
+}
+
+// networkConfig is the seed's network-config for req on h: its static
+// address on the NIC with the domain's MAC (domainMAC, which the domain XML
+// gets too), so the guest takes it instead of asking DHCP and its agent
+// reports it as the instance's address. QEMU's user-mode network has only
+// the address its own DHCP hands out: a static address there is refused,
+// and so is an IPv6 one, which Get would never report.
+func (p *Provider) networkConfig(h Host, req provider.CreateRequest) (provider.Sensitive, error) {
+	if req.StaticAddress == nil {
+		return "", nil
+	}
+	if h.UserNetworking {
+		return "", provider.Errorf(provider.ErrPermanent,
+			"host %s has userNetworking, where the guest takes the address QEMU's DHCP gives it: a static address (%s, the entry's addressPool) needs a host on a bridge or a libvirt network", h.Name, req.StaticAddress)
+	}
+	if !req.StaticAddress.Address.Addr().Is4() {
+		// Get reports the NIC's first routable IPv4 address (address).
+		return "", provider.Errorf(provider.ErrPermanent, "staticAddress.address %s: not IPv4; the libvirt provider reports an instance's IPv4 address", req.StaticAddress.Address)
+	}
+	b, err := nocloud.NetworkConfig(*req.StaticAddress, domainMAC(req.Name))
+	if err != nil {
+		return "", err
+	}
+	return provider.Sensitive(b), nil
+}
+
+// staticAddressText is a static address for a log line: "dhcp" without one.
+func staticAddressText(a *provider.StaticAddress) string {
+	if a == nil {
+		return "dhcp"
+	}
+	return a.String()
 }
 
 // placeHost is the host placement.zone names.

@@ -15,9 +15,11 @@ import (
 	"sync"
 
 	"github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/nocloud"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 )
 
@@ -57,6 +59,10 @@ type fakeHost struct {
 	dialErr    error
 	dialGate   *fakeGate
 	conns      []*fakeConn
+	// bootOnStart: a domain's guest boots (bootGuest) whenever the domain
+	// is started, as the conformance suite's world needs; otherwise tests
+	// boot guests or give addresses themselves.
+	bootOnStart bool
 }
 
 type fakePool struct {
@@ -629,7 +635,13 @@ func (c *fakeConn) transition(name string, to libvirt.DomainState, what string, 
 
 func (c *fakeConn) DomainCreate(ctx context.Context, dom libvirt.Domain) error {
 	return c.do(ctx, "DomainCreate", func() error {
-		return c.transition(dom.Name, libvirt.DomainRunning, "start", libvirt.DomainShutoff, libvirt.DomainShutdown, libvirt.DomainCrashed, libvirt.DomainNostate)
+		err := c.transition(dom.Name, libvirt.DomainRunning, "start", libvirt.DomainShutoff, libvirt.DomainShutdown, libvirt.DomainCrashed, libvirt.DomainNostate)
+		if err == nil && c.h.bootOnStart {
+			// A domain without a NIC or seed (a planted one) boots to
+			// nothing: no address.
+			_ = c.h.bootLocked(dom.Name)
+		}
+		return err
 	})
 }
 
@@ -700,4 +712,61 @@ func fakeMetadataOf(domainXML string) (map[string]string, error) {
 		out[it.XMLName.Space] = fmt.Sprintf("<%s xmlns=%q>%s</%s>", it.XMLName.Local, it.XMLName.Space, it.Inner, it.XMLName.Local)
 	}
 	return out, nil
+}
+
+// dhcpAddress is what the fake network's DHCP gives a guest whose seed
+// has no network-config.
+const dhcpAddress = "192.0.2.50"
+
+// bootGuest plays the first boot of domain name's guest: cloud-init reads
+// the seed on the domain's CD-ROM (the volume its XML names) and, when the
+// seed has a network-config, takes its static address on the NIC it
+// matches (by MAC, or a name glob against eth0), else asks DHCP
+// (dhcpAddress); the guest agent then reports the NIC and its address.
+func (h *fakeHost) bootGuest(name string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.bootLocked(name)
+}
+
+func (h *fakeHost) bootLocked(name string) error {
+	d, ok := h.domains[name]
+	if !ok {
+		return fmt.Errorf("no domain %s", name)
+	}
+	var x libvirtxml.Domain
+	if err := x.Unmarshal(d.xml); err != nil {
+		return err
+	}
+	if x.Devices == nil || len(x.Devices.Interfaces) != 1 || x.Devices.Interfaces[0].MAC == nil {
+		return fmt.Errorf("domain %s has no NIC with a MAC", name)
+	}
+	mac := x.Devices.Interfaces[0].MAC.Address
+	addr, prefix := dhcpAddress, 24
+	for _, disk := range x.Devices.Disks {
+		if disk.Device != "cdrom" || disk.Source == nil || disk.Source.Volume == nil {
+			continue
+		}
+		pool, ok := h.pools[disk.Source.Volume.Pool]
+		if !ok || pool.vols[disk.Source.Volume.Volume] == nil {
+			return fmt.Errorf("domain %s: no seed volume %s/%s", name, disk.Source.Volume.Pool, disk.Source.Volume.Volume)
+		}
+		netcfg, found, err := nocloud.ReadFile(pool.vols[disk.Source.Volume.Volume].data, nocloud.FileNetworkConfig)
+		if err != nil || !found {
+			continue // no seed cloud-init reads, or DHCP
+		}
+		static, match, err := nocloud.ParseNetworkConfig([]byte(netcfg.Reveal()))
+		if err != nil {
+			return fmt.Errorf("domain %s: the seed's network-config: %w", name, err)
+		}
+		if !match.Matches("eth0", mac) {
+			return fmt.Errorf("domain %s: the seed's network-config matches %+v, not the NIC eth0 %s", name, match, mac)
+		}
+		addr, prefix = static.Address.Addr().String(), static.Address.Bits()
+	}
+	d.ifaces[libvirt.DomainInterfaceAddressesSrcAgent] = []libvirt.DomainInterface{{
+		Name: "eth0", Hwaddr: libvirt.OptString{mac},
+		Addrs: []libvirt.DomainIPAddr{{Type: int32(libvirt.IPAddrTypeIpv4), Addr: addr, Prefix: uint32(prefix)}},
+	}}
+	return nil
 }

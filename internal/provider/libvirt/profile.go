@@ -16,6 +16,7 @@ func Profile() profile.Profile {
 		CreateReturn:       profile.Is(profile.CreateReturnBackground).Note("the in-flight table: capacity precheck, seed, image cache, overlay, define, start"),
 		DeleteReturn:       profile.Is(profile.DeleteReturnWaits).Note("the domain, its overlay and its seed are gone when Delete returns"),
 		IPSource:           profile.Is(profile.IPSourceDiscovered).Note("the guest agent, the DHCP lease, ARP"),
+		StaticAddress:      profile.Is(profile.StaticAddressPool).Note("the seed's network-config (cloud-init v2) puts the address, gateway and DNS on the NIC by the domain's MAC instead of DHCP; IPv4 only; a bridge or libvirt network, not `userNetworking`"),
 		GCMark:             profile.Is(profile.GCMarkWrittenMetadata).Note("one element in the domain's `<metadata>`; volumes carry the marks in their names"),
 		CreatedAt:          profile.Is(profile.CreatedAtWrittenAtCreate).Note("`createdAt` in the metadata element"),
 		ListPartial:        profile.Is(profile.ListPartialOmitUnreachable).Note("a host that does not answer is left out"),
@@ -49,6 +50,6 @@ func Profile() profile.Profile {
 				ReasonPoolNotFound, ReasonPoolNotActive, ReasonHypervisorUnavailable, provider.ReasonAPIError},
 		},
 		CredentialRotation: "the key and `known_hosts` are read on every dial: an updated Secret is used from the next connection (a pooled one lives until it dies)",
-		TestedAgainst:      "unit and lifecycle tests against an in-process libvirt RPC server and x/crypto/ssh server; the conformance suite (`test/libvirt/conformance`) against the real libvirtd, QEMU and sshd of the `hack/libvirt` test host",
+		TestedAgainst:      "unit and lifecycle tests against an in-process libvirt RPC server and x/crypto/ssh server; the conformance suite against an in-memory host whose guests boot from their seed, and (`test/libvirt/conformance`) against the real libvirtd, QEMU and sshd of the `hack/libvirt` test host",
 	}
 }

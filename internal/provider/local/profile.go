@@ -16,6 +16,7 @@ func Profile() profile.Profile {
 		CreateReturn:       profile.Is(profile.CreateReturnBlocking).Note("returns Running: it only opens a listener, well within `CallBound`"),
 		DeleteReturn:       profile.Is(profile.DeleteReturnWaits).Note("the listener is closed and its connections ended before Delete returns"),
 		IPSource:           profile.Is(profile.IPSourceAssignedAtCreate).Note("the next free address of `bindCIDR` (inside 127.0.0.0/8)"),
+		StaticAddress:      profile.Is(profile.StaticAddressNone).Note("the next free address of `bindCIDR`"),
 		GCMark:             profile.Is(profile.GCMarkWrittenMetadata).Note("the marks are kept with the instance, in memory"),
 		CreatedAt:          profile.Is(profile.CreatedAtWrittenAtCreate),
 		ListPartial:        profile.Is(profile.ListPartialNotApplicable).Note("one in-process table"),

@@ -6,8 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
 // cloudInitPython finds the Python that runs Debian's cloud-init (its
@@ -16,15 +19,7 @@ import (
 // hack/install-test-deps.sh's cloud-init) or SKIP_ISO_TESTS=1.
 func cloudInitPython(t *testing.T) string {
 	t.Helper()
-	bin, err := exec.LookPath("cloud-init")
-	if err != nil {
-		for _, skip := range []string{"SKIP_CLOUDINIT_TESTS", "SKIP_ISO_TESTS"} {
-			if os.Getenv(skip) == "1" {
-				t.Skipf("cloud-init is not installed and %s=1", skip)
-			}
-		}
-		t.Fatal("cloud-init is not installed: run hack/install-test-deps.sh, or set SKIP_CLOUDINIT_TESTS=1 to skip the real cloud-init checks")
-	}
+	bin := cloudInitBinary(t)
 	f, err := os.Open(bin)
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +62,22 @@ json.dump({
 }, sys.stdout)
 `
 
+// cloudInitBinary is Debian's cloud-init, under cloudInitPython's rule: a
+// missing one fails the test unless it is skipped explicitly.
+func cloudInitBinary(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("cloud-init")
+	if err != nil {
+		for _, skip := range []string{"SKIP_CLOUDINIT_TESTS", "SKIP_ISO_TESTS"} {
+			if os.Getenv(skip) == "1" {
+				t.Skipf("cloud-init is not installed and %s=1", skip)
+			}
+		}
+		t.Fatal("cloud-init is not installed: run hack/install-test-deps.sh, or set SKIP_CLOUDINIT_TESTS=1 to skip the real cloud-init checks")
+	}
+	return bin
+}
+
 type noCloudClaim struct {
 	Seed            string         `json:"seed"`
 	InstanceID      string         `json:"instance_id"`
@@ -84,9 +95,15 @@ func TestNoCloudSeed_CloudInitReadsTheSeed(t *testing.T) {
 	blkid := requireTool(t, "blkid")
 	full := fullSeed()
 	full.UserData = "#cloud-config\npackages: [squid]\n" // cloud-init hands user-data on as text
+	static := staticAddr("192.0.2.77/24", "192.0.2.1", "192.0.2.53")
+	netcfg, err := NetworkConfig(static, "52:54:00:12:34:56")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, s := range map[string]Seed{
 		"all four files":               full,
 		"user-data and meta-data only": {InstanceID: "i-1", LocalHostname: "h-1", UserData: "#cloud-config\n{}\n"},
+		"a static address":             {InstanceID: "i-2", LocalHostname: "h-2", UserData: "#cloud-config\n{}\n", NetworkConfig: provider.Sensitive(netcfg)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			img, err := Build(s)
@@ -131,6 +148,15 @@ func TestNoCloudSeed_CloudInitReadsTheSeed(t *testing.T) {
 			}
 			if wantNet := s.NetworkConfig != ""; wantNet != (got.NetworkConfig != nil) || (wantNet && got.NetworkConfig["version"] != float64(2)) {
 				t.Errorf("NoCloud's network config = %v, want one of version 2: %v", got.NetworkConfig, wantNet)
+			}
+			if name == "a static address" {
+				claimed, err := json.Marshal(got.NetworkConfig)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if addr, match, err := ParseNetworkConfig(claimed); err != nil || !reflect.DeepEqual(addr, static) || match.MAC != "52:54:00:12:34:56" {
+					t.Errorf("NoCloud claims the network config %s: %+v %+v %v, want %+v by MAC", claimed, addr, match, err, static)
+				}
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package nocloud
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -78,6 +79,32 @@ func buildImage(files []File, o imageOptions) (_ []byte, err error) {
 		}
 	}
 	return out, nil
+}
+
+// ReadFile returns the file named name at the root of a seed image, and
+// whether it is there: the seed as the guest's cloud-init reads it (the
+// Rock Ridge names), for the providers' test doubles that play the guest.
+// An image that is not ISO9660 is an error.
+func ReadFile(img []byte, name string) (provider.Sensitive, bool, error) {
+	fsys, err := iso9660.Read(&memoryImage{buf: img}, int64(len(img)), 0, sectorSize)
+	if err != nil {
+		return "", false, fmt.Errorf("nocloud: read the seed image: %w", err)
+	}
+	entries, err := fsys.ReadDir(".")
+	if err != nil {
+		return "", false, fmt.Errorf("nocloud: read the seed's root directory: %w", err)
+	}
+	for _, e := range entries {
+		if e.Name() != name {
+			continue
+		}
+		b, err := fsys.ReadFile(name)
+		if err != nil {
+			return "", false, fmt.Errorf("nocloud: read %s from the seed: %w", name, err)
+		}
+		return provider.Sensitive(b), true, nil
+	}
+	return "", false, nil
 }
 
 // writeFile copies one file into the writer's workspace. The library's

@@ -28,10 +28,13 @@ type Profile struct {
 	// ServingSignal is where Get's Instance.Serving comes from.
 	ServingSignal Choice[ServingSignal]
 	// EgressIP is where Get's Instance.Egress comes from.
-	EgressIP           Choice[EgressIP]
-	CreateReturn       Choice[CreateReturn]
-	DeleteReturn       Choice[DeleteReturn]
-	IPSource           Choice[IPSource]
+	EgressIP     Choice[EgressIP]
+	CreateReturn Choice[CreateReturn]
+	DeleteReturn Choice[DeleteReturn]
+	IPSource     Choice[IPSource]
+	// StaticAddress is whether the provider puts CreateRequest.StaticAddress
+	// (an entry's addressPool) on its instances.
+	StaticAddress      Choice[StaticAddress]
 	GCMark             Choice[GCMark]
 	CreatedAt          Choice[CreatedAt]
 	ListPartial        Choice[ListPartial]
@@ -123,6 +126,7 @@ type (
 	CreateReturn       string
 	DeleteReturn       string
 	IPSource           string
+	StaticAddress      string
 	GCMark             string
 	CreatedAt          string
 	ListPartial        string
@@ -176,6 +180,14 @@ const (
 
 	IPSourceAssignedAtCreate IPSource = "assigned-at-create"
 	IPSourceDiscovered       IPSource = "discovered"
+
+	// StaticAddressPool: the provider renders CreateRequest.StaticAddress
+	// into the instance's network configuration, and Get reports it as
+	// the instance's address; the type's entries may have an addressPool.
+	StaticAddressPool StaticAddress = "pool"
+	// StaticAddressNone: the backend gives the address; an entry of the
+	// type has no addressPool.
+	StaticAddressNone StaticAddress = "none"
 
 	GCMarkNativeLabels    GCMark = "native-labels"
 	GCMarkWrittenMetadata GCMark = "written-metadata"
@@ -252,6 +264,7 @@ var vocabulary = map[string][]string{
 	"create-return":       {string(CreateReturnSubmit), string(CreateReturnBackground), string(CreateReturnBlocking)},
 	"delete-return":       {string(DeleteReturnReturnsEarly), string(DeleteReturnWaits)},
 	"ip-source":           {string(IPSourceAssignedAtCreate), string(IPSourceDiscovered)},
+	"static-address":      {string(StaticAddressPool), string(StaticAddressNone)},
 	"gc-mark":             {string(GCMarkNativeLabels), string(GCMarkWrittenMetadata)},
 	"created-at":          {string(CreatedAtBackendTimestamp), string(CreatedAtWrittenAtCreate)},
 	"list-partial":        {string(ListPartialFailWhole), string(ListPartialOmitUnreachable), string(ListPartialNotApplicable)},
@@ -307,6 +320,7 @@ func (p Profile) Rows() []Row {
 		axis("create-return", p.CreateReturn.strings(), p.CreateReturn.Detail),
 		axis("delete-return", p.DeleteReturn.strings(), p.DeleteReturn.Detail),
 		axis("ip-source", p.IPSource.strings(), p.IPSource.Detail),
+		axis("static-address", p.StaticAddress.strings(), p.StaticAddress.Detail),
 		axis("gc-mark", p.GCMark.strings(), p.GCMark.Detail),
 		axis("created-at", p.CreatedAt.strings(), p.CreatedAt.Detail),
 		axis("list-partial", p.ListPartial.strings(), p.ListPartial.Detail),

@@ -16,6 +16,7 @@ func validProfile() Profile {
 		CreateReturn:       Is(CreateReturnSubmit),
 		DeleteReturn:       Is(DeleteReturnWaits),
 		IPSource:           Is(IPSourceDiscovered),
+		StaticAddress:      Is(StaticAddressNone),
 		GCMark:             Is(GCMarkNativeLabels, GCMarkWrittenMetadata).Note("labels and a description"),
 		CreatedAt:          Is(CreatedAtBackendTimestamp),
 		ListPartial:        Is(ListPartialFailWhole),
@@ -51,6 +52,8 @@ func TestProfileValidate(t *testing.T) {
 		want   string
 	}{
 		{"axis without a value", func(p *Profile) { p.Quota = Choice[Quota]{} }, "quota: no value"},
+		{"static-address without a value", func(p *Profile) { p.StaticAddress = Choice[StaticAddress]{} }, "static-address: no value"},
+		{"static-address outside the vocabulary", func(p *Profile) { p.StaticAddress = Is(StaticAddress("dhcp")) }, `static-address: "dhcp" is not one of pool, none`},
 		{"value outside the vocabulary", func(p *Profile) { p.Readiness = Is(Readiness("immediat")) }, `readiness: "immediat" is not one of immediate, provisioning-window`},
 		{"value twice", func(p *Profile) { p.GCMark = Is(GCMarkNativeLabels, GCMarkNativeLabels) }, `gc-mark: "native-labels" twice`},
 		{"empty prose", func(p *Profile) { p.Port = "" }, "port: no text"},
@@ -86,7 +89,7 @@ func TestProfileRowsFollowTheContract(t *testing.T) {
 			t.Errorf("row %s has a vocabulary but is neither an axis nor cloud-init", r.Name)
 		}
 	}
-	want := "readiness serving-signal egress-ip create-return delete-return ip-source gc-mark created-at list-partial quota not-found " +
+	want := "readiness serving-signal egress-ip create-return delete-return ip-source static-address gc-mark created-at list-partial quota not-found " +
 		"primary-key provisioning-state async-ops secondary-resources credentials client-kind timeouts logging " +
 		"child-spans backend-test placement.zone placement.region placement.machineType placement.image " +
 		"cloud-init port states health check check reasons credential rotation tested against"

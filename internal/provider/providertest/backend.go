@@ -77,6 +77,16 @@ type Harness struct {
 	// Nil means Get is polled with the provider alone.
 	WaitRunning func(ctx context.Context, t *testing.T, p provider.Provider, id string) provider.Instance
 
+	// StaticAddress is the address the StaticAddressIsTheInstanceAddress
+	// case creates an instance with (CreateRequest.StaticAddress). A
+	// harness sets it when the provider's profile says static-address:
+	// pool and its backend's instances sit where such an address takes
+	// effect: a double (StaticAddressFor gives the documentation-range
+	// one), or a real host whose guests are on a network the test owns.
+	// Nil skips the case, as for a provider whose profile says none, or the
+	// real libvirt test host, whose guests are on QEMU's user-mode network.
+	StaticAddress *provider.StaticAddress
+
 	// PollTimeout bounds every wait for the backend to catch up (an
 	// instance to run, a Delete that returned early to finish). Zero means
 	// DefaultPollTimeout; a real backend that boots VMs sets minutes.

@@ -37,6 +37,7 @@ var cases = []testCase{
 	{"ResumesAfterRestart", testResumesAfterRestart},
 	{"DeleteCancelsInFlightCreate", testDeleteCancelsInFlightCreate},
 	{"EgressAddressKeptAcrossInstances", testEgressAddressKeptAcrossInstances},
+	{"StaticAddressIsTheInstanceAddress", testStaticAddressIsTheInstanceAddress},
 }
 
 // CaseNames lists the suite's subtests, for a provider's test that wants

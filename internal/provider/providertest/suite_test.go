@@ -61,6 +61,7 @@ var mutants = []struct {
 	{"secondary-lists-every-installation", "SecondaryWithoutInstanceIsCollectable"},
 	{"secondary-delete-is-noop", "SecondaryWithoutInstanceIsCollectable"},
 	{"claims-to-move", "EgressAddressKeptAcrossInstances"},
+	{"ignores-static-address", "StaticAddressIsTheInstanceAddress"}, // a VM provider's seed without the network-config
 }
 
 const mutantEnv = "PROVIDERTEST_MUTANT"
@@ -142,6 +143,7 @@ func TestMutant(t *testing.T) {
 			Request: func(_ *testing.T, proxyName, uid string) provider.CreateRequest {
 				return provider.CreateRequest{ProxyName: proxyName, UID: uid, Port: 3128}
 			},
+			StaticAddress: providertest.DocumentationStaticAddress(),
 			// Mutants that never converge should fail fast.
 			PollTimeout: time.Second,
 		})
@@ -234,6 +236,8 @@ func (m *mutant) Create(ctx context.Context, req provider.CreateRequest) (provid
 		slog.Debug("user-data", "cloudInit", req.CloudInit.Reveal())
 	case "logs-users":
 		logr.FromContextOrDiscard(ctx).V(4).Info("request", "clientAuth", req.ClientAuth.Reveal())
+	case "ignores-static-address":
+		req.StaticAddress = nil
 	case "keeps-stopped":
 		inst, err := m.Provider.Create(ctx, req)
 		if exists && found.State == provider.StateStopped && err == nil {

@@ -36,7 +36,8 @@ func TestConformance(t *testing.T) {
 		Request: func(_ *testing.T, proxyName, uid string) provider.CreateRequest {
 			return provider.CreateRequest{Port: 3128, AllowedSourceRanges: []string{"10.0.0.0/8"}}
 		},
-		ClockSkew: providertest.DefaultClockSkew,
+		ClockSkew:     providertest.DefaultClockSkew,
+		StaticAddress: providertest.StaticAddressFor(Profile()),
 	})
 }
 

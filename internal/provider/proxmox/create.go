@@ -2,6 +2,9 @@ package proxmox
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -33,6 +36,13 @@ type plan struct {
 	userData provider.Sensitive
 }
 
+// staticNIC is where a static address goes on the VM: the net0 value the
+// config update writes (empty: the template's net0 stays) and the MAC the
+// seed's network-config matches the NIC by (empty: by name).
+type staticNIC struct {
+	net0, mac string
+}
+
 func (p *Provider) plan(req provider.CreateRequest) (plan, error) {
 	var err error
 	pl := plan{node: req.Placement.Zone}
@@ -62,7 +72,86 @@ func (p *Provider) plan(req provider.CreateRequest) (plan, error) {
 		return pl, provider.Errorf(provider.ErrPermanent, "machine type %q is not in the catalogue", mt)
 	}
 	pl.machine = m
+	if a := req.StaticAddress; a != nil {
+		// Refused here, before any request, rather than in the step.
+		if !a.Address.Addr().Is4() {
+			// Get reports the guest's first IPv4 address.
+			return pl, provider.Errorf(provider.ErrPermanent, "staticAddress.address %s: not IPv4; the proxmox provider reports an instance's IPv4 address", a.Address)
+		}
+		if _, err := nocloud.NetworkConfig(*a, ""); err != nil {
+			return pl, err
+		}
+	}
 	return pl, nil
+}
+
+// staticAddressText is a static address for a log line: "dhcp" without one.
+func staticAddressText(a *provider.StaticAddress) string {
+	if a == nil {
+		return "dhcp"
+	}
+	return a.String()
+}
+
+// vmMAC is the MAC net0 gets with a static address on the configured
+// bridge: derived from the instance name, so a resumed step writes the
+// same one, in QEMU's locally administered range (PVE's own random MACs
+// are in its OUI, BC:24:11), upper case as PVE prints it.
+func vmMAC(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return fmt.Sprintf("52:54:00:%02X:%02X:%02X", sum[0], sum[1], sum[2])
+}
+
+// net0 is the NIC on the configured bridge (and VLAN), with mac when
+// given (PVE generates one when the value has none, at every update).
+func (p *Provider) net0(mac string) string {
+	n := "virtio"
+	if mac != "" {
+		n += "=" + mac
+	}
+	n += ",bridge=" + p.cfg.Bridge
+	if p.cfg.VLANTag > 0 {
+		n += ",tag=" + strconv.Itoa(p.cfg.VLANTag)
+	}
+	return n
+}
+
+// staticNIC decides the NIC a static address goes on. On the configured
+// bridge, net0 is written with vmMAC; without a bridge the template's net0
+// stays, with the MAC the clone gave it, read from the VM's config (one
+// request, only with a static address). A net0 without a MAC leaves the
+// seed matching the NIC by name.
+func (p *Provider) staticNIC(ctx context.Context, node string, vmid int, req provider.CreateRequest) (staticNIC, error) {
+	if p.cfg.Bridge != "" {
+		if req.StaticAddress == nil {
+			return staticNIC{net0: p.net0("")}, nil
+		}
+		mac := vmMAC(req.Name)
+		return staticNIC{net0: p.net0(mac), mac: mac}, nil
+	}
+	if req.StaticAddress == nil {
+		return staticNIC{}, nil
+	}
+	cfg, err := p.api.config(ctx, node, vmid)
+	if err != nil {
+		return staticNIC{}, err
+	}
+	net0, _ := cfg["net0"].(string)
+	return staticNIC{mac: macOfNet(net0)}, nil
+}
+
+// macOfNet is the MAC of a PVE net value ("virtio=BC:24:11:2E:C5:4A,bridge=vmbr0",
+// or macaddr=...), "" when it has none.
+func macOfNet(v string) string {
+	for _, part := range strings.Split(v, ",") {
+		// The model's value (virtio=...) or macaddr's is the only one
+		// that is six colon-separated bytes.
+		_, val, _ := strings.Cut(part, "=")
+		if hw, err := net.ParseMAC(val); err == nil && len(hw) == 6 && strings.Count(val, ":") == 5 {
+			return val
+		}
+	}
+	return ""
 }
 
 func contains(l []string, s string) bool {
@@ -80,7 +169,8 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 		return provider.Instance{}, err
 	}
 	logger(ctx).V(2).Info("proxmox create planned", "node", pl.node, "template", pl.template,
-		"cores", pl.machine.Cores, "memoryMB", pl.machine.MemoryMB, "userDataBytes", len(pl.userData.Reveal()), "generatedUserData", req.CloudInit == "")
+		"cores", pl.machine.Cores, "memoryMB", pl.machine.MemoryMB, "userDataBytes", len(pl.userData.Reveal()), "generatedUserData", req.CloudInit == "",
+		"staticAddress", staticAddressText(req.StaticAddress))
 	unlock, err := p.names.Lock(ctx, req.Name)
 	if err != nil {
 		return provider.Instance{}, provider.Errorf(provider.ErrTransient, "waiting for another call on %s: %w", req.Name, err)
@@ -270,9 +360,19 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 		}
 		reporter = !attached
 	}
+	nic, err := p.staticNIC(ctx, node, vmid, req)
+	if err != nil {
+		return err
+	}
+	var netcfg []byte
+	if req.StaticAddress != nil {
+		if netcfg, err = nocloud.NetworkConfig(*req.StaticAddress, nic.mac); err != nil {
+			return err
+		}
+	}
 	progress("uploading seed ISO")
 	iso, err := nocloud.Build(nocloud.Seed{InstanceID: req.Name, LocalHostname: req.Name, UserData: pl.userData,
-		VendorData: nocloud.VendorData(nocloud.OwnCloudInitReporter(req, p.dest), true)})
+		VendorData: nocloud.VendorData(nocloud.OwnCloudInitReporter(req, p.dest), true), NetworkConfig: provider.Sensitive(netcfg)})
 	if err != nil {
 		return err
 	}
@@ -301,12 +401,8 @@ func (p *Provider) provision(ctx context.Context, req provider.CreateRequest, pl
 		"ide2":  {p.cfg.ISOStorage + ":iso/" + seedName(req.Name, p.opts.InstallationID, req.UID) + ",media=cdrom"},
 		"tags":  {p.tags(req.UID, created, reporter)},
 	}
-	if p.cfg.Bridge != "" {
-		n := "virtio,bridge=" + p.cfg.Bridge
-		if p.cfg.VLANTag > 0 {
-			n += ",tag=" + strconv.Itoa(p.cfg.VLANTag)
-		}
-		params.Set("net0", n)
+	if nic.net0 != "" {
+		params.Set("net0", nic.net0)
 	}
 	if err := p.api.do(ctx, http.MethodPut, vmPath(node, vmid)+"/config", params, nil); err != nil {
 		return err

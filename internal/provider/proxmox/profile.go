@@ -16,6 +16,7 @@ func Profile() profile.Profile {
 		CreateReturn:       profile.Is(profile.CreateReturnBackground).Note("the clone is submitted in the call; its task, the seed upload, config, resize and start run in the in-flight table, with progress (`clone task 40%`)"),
 		DeleteReturn:       profile.Is(profile.DeleteReturnReturnsEarly).Note("stop, seed ISO removal and destroy run in the background; Get reads NotFound once all is gone"),
 		IPSource:           profile.Is(profile.IPSourceDiscovered).Note("the QEMU guest agent (`network-get-interfaces`)"),
+		StaticAddress:      profile.Is(profile.StaticAddressPool).Note("the seed's network-config (cloud-init v2) puts the address, gateway and DNS on the NIC by net0's MAC instead of DHCP (on `bridge`, net0 gets a MAC derived from the instance name); IPv4 only"),
 		GCMark:             profile.Is(profile.GCMarkWrittenMetadata).Note("tags (`proxy-operator`, `poi-`, `pou-`, `poc-`) read from `/cluster/resources`, and the same mark in the description"),
 		CreatedAt:          profile.Is(profile.CreatedAtWrittenAtCreate).Note("the `poc-<time>` tag"),
 		ListPartial:        profile.Is(profile.ListPartialFailWhole).Note("one cluster-wide `/cluster/resources` read"),

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/nocloud"
 )
 
 // AgentMode is what the guest agent of a running VM does.
@@ -25,7 +27,8 @@ const (
 type Agent struct {
 	Mode AgentMode
 	// Interfaces answered; nil is lo and eth0 with net0's MAC, a
-	// 192.0.2.0/24 (TEST-NET-1) address and its link-local IPv6.
+	// 192.0.2.0/24 (TEST-NET-1) address (the static one of the seed's
+	// network-config when it has one for eth0) and its link-local IPv6.
 	Interfaces []Interface
 	// BootSteps: after a start the agent answers "not running" until this
 	// many Advance steps or agent calls have passed (the BootSteps-th call
@@ -79,12 +82,46 @@ func (s *Server) defaultInterfaces(v *vm) []Interface {
 	if mac == "" {
 		mac = "bc:24:11:00:00:01"
 	}
+	addr := IPAddress{fmt.Sprintf("192.0.2.%d", 2+v.vmid%250), "ipv4", 24}
+	if v.static != nil {
+		addr = *v.static
+	}
 	return []Interface{
 		{Name: "lo", MAC: "00:00:00:00:00:00", Addresses: []IPAddress{
 			{"127.0.0.1", "ipv4", 8}, {"::1", "ipv6", 128}}},
-		{Name: "eth0", MAC: mac, Addresses: []IPAddress{
-			{fmt.Sprintf("192.0.2.%d", 2+v.vmid%250), "ipv4", 24}, {linkLocal(mac), "ipv6", 64}}},
+		{Name: "eth0", MAC: mac, Addresses: []IPAddress{addr, {linkLocal(mac), "ipv6", 64}}},
 	}
+}
+
+// seedStaticAddress is what the guest's cloud-init does with the seed on
+// its CD-ROM (ide2, a volume of an ISO storage) when it boots: a
+// network-config there that matches eth0 (net0's MAC, or a name glob)
+// gives eth0 its static address; otherwise (no seed, no network-config,
+// no match, one it cannot read) the guest takes DHCP's, nil.
+func (s *Server) seedStaticAddress(v *vm) *IPAddress {
+	ide2 := v.conf.val("ide2")
+	storage, rest, ok := strings.Cut(ide2, ":")
+	if !ok {
+		return nil
+	}
+	volname, _, _ := strings.Cut(rest, ",")
+	st := s.store(v.node, storage)
+	if st == nil || st.vols[volname] == nil {
+		return nil
+	}
+	netcfg, found, err := nocloud.ReadFile(st.vols[volname].Data, nocloud.FileNetworkConfig)
+	if err != nil || !found {
+		return nil
+	}
+	static, match, err := nocloud.ParseNetworkConfig([]byte(netcfg.Reveal()))
+	if err != nil || !match.Matches("eth0", strings.ToLower(macOf(v.conf, "net0"))) {
+		return nil
+	}
+	typ := "ipv4"
+	if static.Address.Addr().Is6() {
+		typ = "ipv6"
+	}
+	return &IPAddress{Address: static.Address.Addr().String(), Type: typ, Prefix: static.Address.Bits()}
 }
 
 // linkLocal is the EUI-64 link-local address of a MAC.

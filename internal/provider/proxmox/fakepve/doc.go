@@ -112,7 +112,10 @@
 // "VM <n> is not running", "QEMU guest agent is not running" while it
 // boots (Agent.BootSteps, SetAgentBootSteps) or when SetAgent says so, the
 // QMP timeout, or {"result":[...]} with lo and eth0 (net0's MAC, an address
-// of 192.0.2.0/24, TEST-NET-1: nothing listens there, never connect to it).
+// of 192.0.2.0/24, TEST-NET-1: nothing listens there, never connect to it;
+// or, as cloud-init would configure it at the VM's start, the static
+// address of the network-config in the seed ISO on ide2 when that matches
+// eth0 by net0's MAC or a name glob).
 // agent/file-read reads the guest's files (SetGuestFile, RemoveGuestFile;
 // /run is emptied by a stop): "Agent error: failed to open file '<path>'
 // (mode: 'r'): No such file or directory" for a missing one, at most 16 MiB

@@ -20,8 +20,11 @@ type vm struct {
 	agentWait int               // Advance steps or agent polls until the agent answers
 	files     map[string][]byte // the guest's files (SetGuestFile)
 	reportSet bool              // a test wrote or removed the serving report: no default reporter
-	flock     *task             // the task holding the config lock
-	rrd       obj               // the last statistics snapshot (SetStatsInterval > 0)
+	// static is the address the guest's cloud-init configured from its
+	// seed's network-config at its last start; nil: DHCP's.
+	static *IPAddress
+	flock  *task // the task holding the config lock
+	rrd    obj   // the last statistics snapshot (SetStatsInterval > 0)
 }
 
 func (v *vm) getDigest() string {
@@ -234,6 +237,7 @@ func (s *Server) setPower(v *vm, qmp string) {
 	if v.running && !wasRunning {
 		v.stats = Stats{}
 		s.defaultStats(v)
+		v.static = s.seedStaticAddress(v)
 		v.agentWait = s.knobs.agentBoot
 		if v.agent.BootSteps > 0 {
 			v.agentWait = v.agent.BootSteps
