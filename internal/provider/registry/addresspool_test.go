@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,5 +64,20 @@ func TestAddressPool(t *testing.T) {
 	}
 	if len(told) != 0 {
 		t.Fatalf("an unchanged file told %v", told)
+	}
+}
+
+// The shipped types take an addressPool exactly where their profile says
+// they render a static address.
+func TestDefaultTypesTakeAddressPoolsByProfile(t *testing.T) {
+	var got []string
+	for name, typ := range DefaultTypes() {
+		if typ.AddressPools {
+			got = append(got, name)
+		}
+	}
+	slices.Sort(got)
+	if strings.Join(got, ",") != "kvm,kvm2,proxmox" {
+		t.Fatalf("types taking an addressPool: %v, want kvm, kvm2, proxmox", got)
 	}
 }

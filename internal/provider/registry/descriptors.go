@@ -1,11 +1,14 @@
 package registry
 
 import (
+	"slices"
+
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/descriptor"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/gcp"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/kubernetes"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/libvirt"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/local"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/profile"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/proxmox"
 )
 
@@ -31,8 +34,12 @@ func Descriptors() []descriptor.Descriptor {
 func DefaultTypes() map[string]Type {
 	types := map[string]Type{}
 	for _, d := range Descriptors() {
+		t := d.Type
+		// Whether entries may have an addressPool is the profile's
+		// static-address axis, said once there.
+		t.AddressPools = slices.Contains(d.Profile.StaticAddress.Values, profile.StaticAddressPool)
 		for _, name := range d.TypeNames {
-			types[name] = d.Type
+			types[name] = t
 		}
 	}
 	return types
