@@ -95,6 +95,11 @@ func (r *ProxyReconciler) poolAddress(ctx context.Context, entry *registry.Entry
 			"IPAddressClaim %s exists and is not this Proxy's (no label %s=%s): the Proxy's address is claimed under its own name; rename or remove that claim",
 			k, LabelClaimProxy, px.UID)
 	}
+	if st := px.Status.EgressAddress; st == nil || st.Name != claim.Name || st.Pool != poolRefString(fromPool(claim.Spec.PoolRef)) {
+		// Recorded before it is bound, so a deletion releases a claim
+		// that never got an address too.
+		px.Status.EgressAddress = &egressv1.EgressAddressStatus{Name: claim.Name, Pool: poolRefString(fromPool(claim.Spec.PoolRef))}
+	}
 	if !claim.DeletionTimestamp.IsZero() {
 		return nil, errPoolPending{fmt.Sprintf("waiting for IPAddressClaim %s to be released by %s", k, poolRefString(pool.Ref))}
 	}
@@ -154,6 +159,7 @@ func (r *ProxyReconciler) makeClaim(ctx context.Context, px *egressv1.Proxy, ref
 	if err := r.Client.Create(ctx, claim); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("claiming an address from %s (IPAddressClaim %s/%s): %w", poolRefString(ref), px.Namespace, px.Name, err)
 	}
+	px.Status.EgressAddress = &egressv1.EgressAddressStatus{Name: claim.Name, Pool: poolRefString(ref)}
 	r.event(px, "Normal", ReasonAddressClaimed, "Claim", "IPAddressClaim %s/%s asks %s for the Proxy's address", px.Namespace, px.Name, poolRefString(ref))
 	return errPoolPending{fmt.Sprintf("waiting for %s to bind IPAddressClaim %s/%s", poolRefString(ref), px.Namespace, px.Name)}
 }

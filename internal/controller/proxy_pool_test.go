@@ -129,6 +129,9 @@ func TestPoolAddressKeptThroughReplacementAndReleased(t *testing.T) {
 		t.Fatalf("exhausted: %q", msg)
 	}
 	t.Logf("Proxy c: %s %q", readyReason(pc), readyMessage(pc))
+	if st := pc.Status.EgressAddress; st == nil || st.Name != "c" || st.Address != "" {
+		t.Fatalf("Proxy c's unbound claim is not recorded: %+v", st)
+	}
 
 	// Asking for an address another Proxy holds: Permanent, naming it.
 	pd := newProxy("d", "pool")
@@ -197,6 +200,19 @@ func TestPoolAddressKeptThroughReplacementAndReleased(t *testing.T) {
 	pc = d.untilPool(a, "c", 10, "c Running once a released its address", hasReason("True/Running"))
 	if pc.Status.EgressAddress.Address != "192.0.2.10" {
 		t.Fatalf("Proxy c: %+v", pc.Status.EgressAddress)
+	}
+
+	// d never got its address: deleting it still releases its claim.
+	if err := env.Client.Delete(ctx, d.get("d")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20 && d.get("d") != nil; i++ {
+		d.reconcile("d")
+		bindAll(t, a, d.ns)
+	}
+	claim := &ipamv1.IPAddressClaim{}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: d.ns, Name: "d"}, claim); d.get("d") != nil || !apierrors.IsNotFound(err) {
+		t.Fatalf("after deleting Proxy d: Proxy %v, its claim: %v", d.get("d") != nil, err)
 	}
 }
 

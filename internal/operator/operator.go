@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
@@ -285,17 +287,16 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	if err := rec.SetupWithManager(mgr, o.MaxConcurrentReconciles, providersChanged); err != nil {
 		return nil, fmt.Errorf("proxy controller: %w", err)
 	}
-	if served, err := ipamServed(mgr); err != nil {
+	if why, err := ipamUsable(ctx, mgr, o.Namespaces); err != nil {
 		return nil, err
-	} else if served {
+	} else if why == "" {
 		pools := &controller.AddressPoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 			Providers: op.Registry, Namespaces: o.Namespaces}
 		if err := pools.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("address pool controller: %w", err)
 		}
 	} else {
-		log.Info("Cluster API's IPAM types are not served: the providers config's address pools are not served either (config/components/ipam-crds)",
-			"group", ipamv1.GroupVersion.String())
+		log.Info("the providers config's address pools are not served: "+why, "group", ipamv1.GroupVersion.String())
 	}
 	collector := &gc.Collector{
 		Reader:           mgr.GetClient(),
@@ -448,17 +449,38 @@ func orDur(d, def time.Duration) time.Duration {
 	return d
 }
 
-// ipamServed says whether the cluster serves Cluster API's IPAM types, so
-// the built-in allocator can watch its claims; without them no entry's
-// address pool can be served (its Proxies say so).
-func ipamServed(mgr ctrl.Manager) (bool, error) {
+// ipamUsable says why the built-in allocator cannot run, or "" when it
+// can: the cluster must serve Cluster API's IPAM types and the operator
+// must be allowed to watch their claims (the address-pools component). A
+// cluster that runs Cluster API serves them whether or not this
+// installation uses pools, and its informer would fail for want of the
+// rights; without the allocator no entry's own pool is served, and its
+// Proxies say so.
+func ipamUsable(ctx context.Context, mgr ctrl.Manager, namespaces []string) (string, error) {
 	_, err := mgr.GetRESTMapper().RESTMapping(ipamv1.GroupVersion.WithKind("IPAddressClaim").GroupKind(), ipamv1.GroupVersion.Version)
 	switch {
-	case err == nil:
-		return true, nil
 	case meta.IsNoMatchError(err):
-		return false, nil
-	default:
-		return false, fmt.Errorf("asking the API server for %s: %w", ipamv1.GroupVersion, err)
+		return "this cluster does not serve " + ipamv1.GroupVersion.String() + " (config/components/ipam-crds, or Cluster API)", nil
+	case err != nil:
+		return "", fmt.Errorf("asking the API server for %s: %w", ipamv1.GroupVersion, err)
 	}
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return "", err
+	}
+	ns := "" // the allocator watches claims where the cache does
+	if len(namespaces) > 0 {
+		ns = namespaces[0]
+	}
+	review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: ns, Verb: "watch", Group: ipamv1.GroupVersion.Group, Resource: "ipaddressclaims"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("asking whether the operator may watch IPAddressClaims: %w", err)
+	}
+	if !review.Status.Allowed {
+		return "the operator may not watch IPAddressClaims (config/components/address-pools grants it)", nil
+	}
+	return "", nil
 }

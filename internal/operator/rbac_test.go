@@ -18,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
@@ -33,19 +35,8 @@ func TestOperatorRunsWithGeneratedRBAC(t *testing.T) {
 	}
 	ctx := context.Background()
 	ns := env.Namespace(t, "rbac")
-	user, err := env.Environment.AddUser(envtest.User{Name: "rbac-test-operator"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	user := userWithRoles(t, "rbac-test-operator", filepath.Join(root, "config/rbac/role.yaml"))
 	subject := rbacv1.Subject{Kind: rbacv1.UserKind, Name: "rbac-test-operator", APIGroup: rbacv1.GroupName}
-
-	cr := &rbacv1.ClusterRole{}
-	readYAML(t, filepath.Join(root, "config/rbac/role.yaml"), cr)
-	cr.Name = "rbac-test-manager-role"
-	mustCreate(t, cr)
-	mustCreate(t, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "rbac-test-manager"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name},
-		Subjects: []rbacv1.Subject{subject}})
 	le := &rbacv1.Role{}
 	readYAML(t, filepath.Join(root, "config/rbac/leader_election_role.yaml"), le)
 	le.Namespace = ns
@@ -159,4 +150,91 @@ func mustCreate(t *testing.T, obj client.Object) {
 	if err := env.Client.Create(context.Background(), obj); err != nil {
 		t.Fatalf("create %s: %v", obj.GetName(), err)
 	}
+}
+
+// userWithRoles is a user of the test API server bound to the ClusterRoles
+// of these files, and nothing else.
+func userWithRoles(t *testing.T, name string, roleFiles ...string) *envtest.AuthenticatedUser {
+	t.Helper()
+	user, err := env.Environment.AddUser(envtest.User{Name: name}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := rbacv1.Subject{Kind: rbacv1.UserKind, Name: name, APIGroup: rbacv1.GroupName}
+	for i, f := range roleFiles {
+		cr := &rbacv1.ClusterRole{}
+		readYAML(t, f, cr)
+		cr.Name = fmt.Sprintf("%s-%d", name, i)
+		mustCreate(t, cr)
+		mustCreate(t, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: cr.Name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name},
+			Subjects: []rbacv1.Subject{subject}})
+	}
+	return user
+}
+
+// TestAddressPoolsRunWithTheirComponentRBAC runs the operator with the
+// generated ClusterRole and the address-pools component's, an entry with
+// an addressPool: the Proxy's claim is bound by the built-in allocator,
+// its instance made on the address, and its deletion releases both. A
+// right missing from config/components/address-pools shows up here.
+func TestAddressPoolsRunWithTheirComponentRBAC(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns := env.Namespace(t, "rbac-pool")
+	user := userWithRoles(t, "rbac-test-pools", filepath.Join(root, "config/rbac/role.yaml"),
+		filepath.Join(root, "config/components/address-pools/role.yaml"))
+	fp := newFakeProviders()
+	typs := fp.types()
+	pooled := typs["fake"]
+	pooled.AddressPools = true
+	typs["fake"] = pooled
+	deleteProviderHealthAtEnd(t, "rbac-pool")
+	op, err := New(ctx, user.Config(), Options{
+		ProvidersConfig: writeConfig(t, "providers:\n- {name: rbac-pool, type: fake, addressPool: {addresses: [192.0.2.10-192.0.2.11], prefix: 24, gateway: 192.0.2.1}}\n"),
+		MetricsAddr:     "0", ProbeAddr: "0", InstallationID: "rbac-pool", Namespaces: []string{ns},
+		SkipControllerNameValidation: true, HealthInterval: 200 * time.Millisecond, Types: typs,
+	})
+	if err != nil {
+		t.Fatalf("operator with the address pools' RBAC: %v", err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- op.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}, Spec: egressv1.ProxySpec{Provider: "rbac-pool"}}
+	if err := env.Client.Create(ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	key := types.NamespacedName{Namespace: ns, Name: "web"}
+	testenv.EventuallyNil(t, "Proxy Ready on its pool address under the address pools' RBAC", func() error {
+		if err := proxyReady(ctx, key); err != nil {
+			return err
+		}
+		if err := env.Client.Get(ctx, key, px); err != nil {
+			return err
+		}
+		if st := px.Status.EgressAddress; st == nil || st.Address != "192.0.2.10" || px.Status.IP != "192.0.2.10" {
+			return fmt.Errorf("status.egressAddress %+v, status.ip %s", st, px.Status.IP)
+		}
+		return nil
+	})
+	if err := env.Client.Delete(ctx, px); err != nil {
+		t.Fatal(err)
+	}
+	testenv.EventuallyNil(t, "Proxy, claim and address gone under the address pools' RBAC", func() error {
+		if err := proxyGone(ctx, key); err != nil {
+			return err
+		}
+		for _, o := range []client.Object{&ipamv1.IPAddressClaim{}, &ipamv1.IPAddress{}} {
+			if err := env.Client.Get(ctx, key, o); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%T %s: %v", o, key, err)
+			}
+		}
+		return nil
+	})
 }

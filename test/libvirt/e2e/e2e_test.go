@@ -172,6 +172,7 @@ func writeFileAtomically(t *testing.T, path, content string) {
 }
 
 func TestProxyEndToEnd(t *testing.T) {
+	t.Parallel() // beside TestPoolAddressEndToEnd: guests boot at once
 	h := libvirthost.Require(t)
 	guest := h.RequireGuest(t)
 	l := h.Connect(t)
@@ -190,7 +191,7 @@ func TestProxyEndToEnd(t *testing.T) {
 	imageURL, downloads := libvirthost.ImageServer(t, guest)
 	// The entry's egress-IP echo, on the namespace's loopback: the guest
 	// asks it through its Squid at the slirp host's address.
-	echo := startEcho(t)
+	echo := startEcho(t, "127.0.0.1")
 	block := withEgressIPEcho(t, h.ProviderConfig(h.Socket, imageURL, guest),
 		fmt.Sprintf("http://%s/ip?format=text", net.JoinHostPort(libvirthost.SlirpHost, fmt.Sprint(echo.port))))
 
@@ -532,18 +533,19 @@ type echoServer struct {
 }
 
 type echoRequest struct {
+	at                    time.Time
 	from, path, userAgent string
 	// forwarded holds the headers that would tell the echo about the
 	// proxy's clients; the proxies remove them.
 	forwarded []string
 }
 
-func startEcho(t *testing.T) *echoServer {
+func startEcho(t *testing.T, host string) *echoServer {
 	t.Helper()
 	e := &echoServer{}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		req := echoRequest{from: host, path: r.URL.RequestURI(), userAgent: r.UserAgent()}
+		req := echoRequest{at: time.Now(), from: host, path: r.URL.RequestURI(), userAgent: r.UserAgent()}
 		for _, h := range egress.HiddenRequestHeaders {
 			if v := r.Header.Get(h); v != "" {
 				req.forwarded = append(req.forwarded, h+": "+v)
@@ -555,7 +557,7 @@ func startEcho(t *testing.T) *echoServer {
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, host)
 	}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,416 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	libvirtrpc "github.com/digitalocean/go-libvirt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+
+	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/operator"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/libvirthost"
+)
+
+// TestPoolAddressEndToEnd: a kvm entry whose guests sit on the host's
+// bridge with addresses from the entry's addressPool (issue 23, part 3).
+// The bridge is the namespace's own, with no uplink; the namespace gives it
+// the first address of a documentation range (libvirthost.BridgeNet), where
+// the echo and the origin listen, and the guests get the next ones, set by
+// cloud-init from the seed's network-config. The test is the pool's
+// clients: it reaches each guest's Squid on its pool address directly.
+//
+// It shows: each Proxy Ready on its own pool address, which the echo saw as
+// the address the guest egresses with; a spec change replacing the
+// instance on the same address, never two instances on it, with the gap
+// a client sees measured; the exhausted pool's QuotaExceeded; and the
+// deletions releasing the addresses (the IPAddress objects gone) and
+// leaving nothing on the host.
+func TestPoolAddressEndToEnd(t *testing.T) {
+	t.Parallel() // beside TestProxyEndToEnd: guests boot at once
+	h := libvirthost.Require(t)
+	guest := h.RequireGuest(t)
+	l := h.Connect(t)
+	pool, err := l.StoragePoolLookupByName(h.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gateway := nth(libvirthost.BridgeNet, 1) // the namespace's side of the bridge
+	bridgeAddress(t, h.Bridge, netip.PrefixFrom(gateway, libvirthost.BridgeNet.Bits()))
+	first, second := nth(libvirthost.BridgeNet, 10), nth(libvirthost.BridgeNet, 11) // the pool: two addresses
+
+	env := startControlPlane(t)
+	ctx := context.Background()
+	imageURL, _ := libvirthost.ImageServer(t, guest)
+	echo := startEcho(t, gateway.String())
+	origin, hits := testenv.CountingOrigin(t, gateway.String(), originBody, false)
+	target := "http://" + origin.Listener.Addr().String() + "/"
+
+	block := onBridge(t, h.ProviderConfig(h.Socket, imageURL, guest), h.Bridge, gateway)
+	block = withEgressIPEcho(t, block, fmt.Sprintf("http://%s/ip?format=text", net.JoinHostPort(gateway.String(), fmt.Sprint(echo.port))))
+	poolLine := fmt.Sprintf("addressPool: {addresses: [%s-%s], prefix: %d, gateway: %s}", first, second, libvirthost.BridgeNet.Bits(), gateway)
+	configPath := t.TempDir() + "/providers.yaml"
+	writeFileAtomically(t, configPath, fmt.Sprintf("providers:\n- name: pool\n  type: kvm\n  kvm: %s\n  %s\n", block, poolLine))
+	ns := env.Namespace(t, "pool")
+	prefix := provider.InstanceNamePrefix + ns + "-"
+	t.Cleanup(func() { removeLeftovers(t, l, pool, prefix) })
+
+	rec := &calls{creates: map[string][]string{}, gets: map[string][]provider.Instance{}}
+	op, err := operator.New(ctx, env.Config, operator.Options{
+		ProvidersConfig: configPath, MetricsAddr: "0", ProbeAddr: "0",
+		InstallationID: "e2e-pool-" + randHex(t), Namespaces: []string{ns}, SkipControllerNameValidation: true,
+		RunningResync: runningResync,
+		Types:         rec.types(t, registry.DefaultTypes()),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- op.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("the operator ended with %v", err)
+		}
+	})
+	waitHealthy(t, env, "pool")
+
+	// Two Proxies at once: each gets an address of its own.
+	newPoolProxy := func(name string) *egressv1.Proxy {
+		return &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: egressv1.ProxySpec{
+			Provider: "pool", Port: squidPort, AllowedSourceRanges: []string{gateway.String() + "/32"}}}
+	}
+	applied := time.Now()
+	for _, name := range []string{"one", "two"} {
+		if err := env.Client.Create(ctx, newPoolProxy(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keyOne, keyTwo := client.ObjectKey{Namespace: ns, Name: "one"}, client.ObjectKey{Namespace: ns, Name: "two"}
+	one := waitReady(t, env, keyOne, applied)
+	two := waitReady(t, env, keyTwo, applied)
+	t.Logf("TIMING apply->Ready (two Proxies booting at once) %.0fs", time.Since(applied).Seconds())
+	addrOne, addrTwo := poolAddressOf(t, one), poolAddressOf(t, two)
+	if addrOne == addrTwo || !inRange(addrOne, first, second) || !inRange(addrTwo, first, second) {
+		t.Fatalf("pool addresses %s and %s, want the two different addresses of %s-%s", addrOne, addrTwo, first, second)
+	}
+	for _, px := range []*egressv1.Proxy{one, two} {
+		if px.Status.IP != px.Status.EgressAddress.Address || px.Status.Endpoint != net.JoinHostPort(px.Status.IP, fmt.Sprint(squidPort)) {
+			t.Fatalf("Proxy %s: status.ip %s, endpoint %s, pool address %s", px.Name, px.Status.IP, px.Status.Endpoint, px.Status.EgressAddress.Address)
+		}
+		t.Logf("Proxy %s Ready on its pool address %s (IPAddress %s/%s, pool %s, instance %s)", px.Name, px.Status.IP,
+			ns, px.Status.EgressAddress.Name, px.Status.EgressAddress.Pool, px.Status.ProviderID)
+	}
+
+	// What the destinations see: the echo on the namespace's side of the
+	// bridge saw each guest's reporter come from its pool address.
+	one = waitPoolEgress(t, env, keyOne, one.Status.ProviderID, addrOne, echo, applied)
+	t.Logf("TIMING apply->status.egressIP %.0fs: Proxy one egresses as %s (source %s), Proxy two as %s; the echo saw %v",
+		time.Since(applied).Seconds(), one.Status.EgressIP, one.Status.Egress.Source, waitPoolEgress(t, env, keyTwo, two.Status.ProviderID, addrTwo, echo, applied).Status.EgressIP, echo.fromAddresses())
+
+	// A client through each pool address reaches the origin.
+	for _, a := range []netip.Addr{addrOne, addrTwo} {
+		c := proxyClientTo(a)
+		testenv.EventuallyNilWithin(t, readyBound, "a 200 through "+a.String(), func() error { return libvirthost.GetBody(c, target, originBody) })
+	}
+	t.Logf("GET %s through %s:%d and %s:%d: 200 (the origin counted %d)", target, addrOne, squidPort, addrTwo, squidPort, hits.Load())
+
+	// The pool is exhausted: a third Proxy is QuotaExceeded naming it.
+	if err := env.Client.Create(ctx, newPoolProxy("three")); err != nil {
+		t.Fatal(err)
+	}
+	keyThree := client.ObjectKey{Namespace: ns, Name: "three"}
+	_, c := waitCondition(t, env, keyThree, time.Now(), "QuotaExceeded", func(c *metav1.Condition) bool {
+		return c.Reason == egressv1.ReasonQuotaExceeded
+	})
+	if !strings.Contains(c.Message, "has no free address") || !strings.Contains(c.Message, "providers config entry pool") {
+		t.Fatalf("Proxy three: %s %q", c.Reason, c.Message)
+	}
+	t.Logf("Proxy three: Ready=%s %s: %s", c.Status, c.Reason, c.Message)
+
+	// A spec change replaces one's instance on the same address: the old
+	// instance goes first. A client asks through the address all along;
+	// the domains are counted all along.
+	watch := startReplacementWatch(t, l, prefix+"one-", addrOne, target)
+	oldID, oldName := one.Status.ProviderID, one.Status.InstanceName
+	one.Spec.AllowedSourceRanges = append(one.Spec.AllowedSourceRanges, gateway.Next().String()+"/32")
+	changed := time.Now()
+	if err := env.Client.Update(ctx, one); err != nil {
+		t.Fatal(err)
+	}
+	one, _ = waitCondition(t, env, keyOne, changed, "Ready on a new instance", func(c *metav1.Condition) bool {
+		return c.Status == metav1.ConditionTrue && !strings.Contains(c.Message, oldName)
+	})
+	readyAgain := time.Since(changed)
+	one = waitPoolEgress(t, env, keyOne, one.Status.ProviderID, addrOne, echo, changed)
+	w := watch.stop()
+	if one.Status.ProviderID == oldID || poolAddressOf(t, one) != addrOne {
+		t.Fatalf("after the change: instance %s (was %s), pool address %s (was %s)", one.Status.ProviderID, oldID, poolAddressOf(t, one), addrOne)
+	}
+	if w.maxDomains > 1 {
+		t.Fatalf("%d domains of Proxy one ran at once during its replacement: the pool address was on two instances", w.maxDomains)
+	}
+	if w.gap <= 0 {
+		t.Fatalf("the client saw no gap (%v): the replacement did not go through the address", w.gap)
+	}
+	t.Logf("TIMING spec change->Ready on the new instance %.0fs; the client through %s: last answer %.1fs after the change, first again %.1fs after it: a gap of %.1fs (%d asks failed); at most %d domain of Proxy one at a time",
+		readyAgain.Seconds(), addrOne, w.lastBefore.Sub(changed).Seconds(), w.firstAfter.Sub(changed).Seconds(), w.gap.Seconds(), w.failed, w.maxDomains)
+	t.Logf("the echo saw %s from the new instance %s (egressIP %s, confirmed %s)", addrOne, one.Status.ProviderID, one.Status.EgressIP, one.Status.Egress.LastConfirmed)
+
+	// Deleting the Proxies releases their addresses: the claims and the
+	// IPAddress objects go, and with them the domains and their volumes.
+	for _, k := range []client.ObjectKey{keyThree, keyTwo, keyOne} {
+		px := &egressv1.Proxy{}
+		if err := env.Client.Get(ctx, k, px); err != nil {
+			t.Fatal(err)
+		}
+		if err := env.Client.Delete(ctx, px); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleted := time.Now()
+	testenv.EventuallyNilWithin(t, 5*time.Minute, "the Proxies, their claims and addresses gone", func() error {
+		for _, list := range []client.ObjectList{&egressv1.ProxyList{}, &ipamv1.IPAddressClaimList{}, &ipamv1.IPAddressList{}} {
+			if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+				return err
+			}
+			if n := meta.LenList(list); n > 0 {
+				return fmt.Errorf("%d %T left", n, list)
+			}
+		}
+		return nil
+	})
+	t.Logf("Proxies, IPAddressClaims and IPAddresses of namespace %s gone %.1fs after the deletes", ns, time.Since(deleted).Seconds())
+	doms, _, err := l.ConnectListAllDomains(1, libvirtrpc.ConnectListDomainsActive|libvirtrpc.ConnectListDomainsInactive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range doms {
+		if strings.HasPrefix(d.Name, prefix) {
+			t.Fatalf("domain %s left on the host", d.Name)
+		}
+	}
+	var left []string
+	for _, v := range libvirthost.VolumeNames(t, l, pool) {
+		if strings.HasPrefix(v, prefix) {
+			left = append(left, v)
+		}
+	}
+	if len(left) > 0 {
+		t.Fatalf("volumes left in pool %s: %v", h.Pool, left)
+	}
+	t.Logf("no domain and no volume of namespace %s left on the host", ns)
+	if err := env.Client.Get(ctx, keyOne, &egressv1.Proxy{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("Proxy one: %v", err)
+	}
+}
+
+// bridgeAddress gives the namespace's bridge an address for the test.
+func bridgeAddress(t *testing.T, bridge string, p netip.Prefix) {
+	t.Helper()
+	if out, err := exec.Command("ip", "addr", "add", p.String(), "dev", bridge).CombinedOutput(); err != nil {
+		t.Fatalf("ip addr add %s dev %s: %v: %s", p, bridge, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "addr", "del", p.String(), "dev", bridge).CombinedOutput(); err != nil {
+			t.Errorf("ip addr del %s dev %s: %v: %s", p, bridge, err, out)
+		}
+	})
+	if err := libvirthost.Contained(); err != nil {
+		t.Fatalf("with %s on %s: %v", p, bridge, err)
+	}
+}
+
+// onBridge is the provider block with the host's NICs on the bridge
+// instead of user-mode networking, and Squid allowed to reach the
+// namespace's side of the bridge (the origin).
+func onBridge(t *testing.T, block []byte, bridge string, gateway netip.Addr) []byte {
+	t.Helper()
+	var cfg map[string]any
+	if err := json.Unmarshal(block, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	hosts := cfg["hosts"].([]any)
+	host := hosts[0].(map[string]any)
+	delete(host, "userNetworking")
+	host["bridge"] = bridge
+	cfg["allowedDestinations"] = []string{gateway.String() + "/32"}
+	out, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func poolAddressOf(t *testing.T, px *egressv1.Proxy) netip.Addr {
+	t.Helper()
+	if px.Status.EgressAddress == nil {
+		t.Fatalf("Proxy %s has no status.egressAddress", px.Name)
+	}
+	a, err := netip.ParseAddr(px.Status.EgressAddress.Address)
+	if err != nil {
+		t.Fatalf("Proxy %s: status.egressAddress %+v", px.Name, px.Status.EgressAddress)
+	}
+	return a
+}
+
+// nth is the n-th address of an IPv4 prefix.
+func nth(p netip.Prefix, n byte) netip.Addr {
+	b := p.Addr().As4()
+	b[3] += n
+	return netip.AddrFrom4(b)
+}
+
+func inRange(a, lo, hi netip.Addr) bool { return a.Compare(lo) >= 0 && a.Compare(hi) <= 0 }
+
+// proxyClientTo sends through the Squid at addr, never reusing a
+// connection (each ask tells whether the address answers now).
+func proxyClientTo(addr netip.Addr) *http.Client {
+	u := &url.URL{Scheme: "http", Host: net.JoinHostPort(addr.String(), fmt.Sprint(squidPort))}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(u), DisableKeepAlives: true}}
+}
+
+// waitPoolEgress waits until the Proxy's egress address is confirmed on
+// instance id and is its pool address, and checks the echo saw the
+// reporter come from that address since since.
+func waitPoolEgress(t *testing.T, env *testenv.Env, key client.ObjectKey, id string, want netip.Addr, echo *echoServer, since time.Time) *egressv1.Proxy {
+	t.Helper()
+	px := &egressv1.Proxy{}
+	testenv.EventuallyNilWithin(t, 3*time.Minute, "status.egressIP "+want.String()+" confirmed on "+id, func() error {
+		if err := env.Client.Get(context.Background(), key, px); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionEgressIPObserved)
+		if px.Status.Egress == nil || px.Status.Egress.ProviderID != id || c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("egressIP %q, egress %+v, condition %+v", px.Status.EgressIP, px.Status.Egress, c)
+		}
+		return nil
+	})
+	if px.Status.EgressIP != want.String() || px.Status.Egress.Source != string(provider.EgressFromEcho) {
+		t.Fatalf("Proxy %s: status.egressIP %s (source %s), want its pool address %s seen by the echo", key.Name, px.Status.EgressIP, px.Status.Egress.Source, want)
+	}
+	if !echo.sawFrom(want.String(), since) {
+		t.Fatalf("status.egressIP %s, but the echo saw no request from it since %s: %v", want, since.Format(time.RFC3339), echo.fromAddresses())
+	}
+	return px
+}
+
+// replacementWatch asks through a pool address and counts a Proxy's
+// running domains, every half second, while its instance is replaced.
+type replacementWatch struct {
+	stopCh chan struct{}
+	done   chan replacementSeen
+}
+
+type replacementSeen struct {
+	maxDomains             int
+	lastBefore, firstAfter time.Time // the client's last answer before the gap, its first after
+	gap                    time.Duration
+	failed                 int
+}
+
+func startReplacementWatch(t *testing.T, l *libvirtrpc.Libvirt, domainPrefix string, addr netip.Addr, target string) *replacementWatch {
+	t.Helper()
+	w := &replacementWatch{stopCh: make(chan struct{}), done: make(chan replacementSeen, 1)}
+	c := proxyClientTo(addr)
+	go func() {
+		var s replacementSeen
+		inGap := false
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			doms, _, err := l.ConnectListAllDomains(1, libvirtrpc.ConnectListDomainsActive)
+			if err == nil {
+				n := 0
+				for _, d := range doms {
+					if strings.HasPrefix(d.Name, domainPrefix) {
+						n++
+					}
+				}
+				s.maxDomains = max(s.maxDomains, n)
+			}
+			now := time.Now()
+			if libvirthost.GetBody(c, target, originBody) == nil {
+				if inGap && s.firstAfter.IsZero() {
+					s.firstAfter = now
+					s.gap = s.firstAfter.Sub(s.lastBefore)
+				}
+				if !inGap {
+					s.lastBefore = now
+				}
+			} else {
+				s.failed++
+				inGap = true
+			}
+			select {
+			case <-w.stopCh:
+				w.done <- s
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+func (w *replacementWatch) stop() replacementSeen {
+	close(w.stopCh)
+	return <-w.done
+}
+
+// removeLeftovers removes what a failed run left of the test's instances.
+func removeLeftovers(t *testing.T, l *libvirtrpc.Libvirt, pool libvirtrpc.StoragePool, prefix string) {
+	doms, _, err := l.ConnectListAllDomains(1, libvirtrpc.ConnectListDomainsActive|libvirtrpc.ConnectListDomainsInactive)
+	if err != nil {
+		t.Errorf("listing the domains: %v", err)
+	}
+	for _, d := range doms {
+		if strings.HasPrefix(d.Name, prefix) && libvirthost.RemoveDomain(t, l, d.Name) {
+			t.Logf("removed domain %s the test left", d.Name)
+		}
+	}
+	if vols := libvirthost.RemoveVolumes(t, l, pool, func(v string) bool { return strings.HasPrefix(v, prefix) }); len(vols) > 0 {
+		t.Logf("removed volumes the test left: %v", vols)
+	}
+}
+
+// sawFrom says whether the echo saw a request from addr since since.
+func (e *echoServer) sawFrom(addr string, since time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range e.reqs {
+		if r.from == addr && !r.at.Before(since) {
+			return true
+		}
+	}
+	return false
+}
+
+// fromAddresses counts the echo's requests by the address they came from.
+func (e *echoServer) fromAddresses() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]int{}
+	for _, r := range e.reqs {
+		out[r.from]++
+	}
+	return out
+}
