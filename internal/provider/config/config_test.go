@@ -187,11 +187,7 @@ func TestParse_Autoheal(t *testing.T) {
 		{name: "unknown key", block: "autoheal: {after: 5m}", err: "providers[0].autoheal.after"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			doc := "providers:\n- name: pool\n  type: fake\n"
-			if tc.block != "" {
-				doc += "  " + tc.block + "\n"
-			}
-			es, err := Parse([]byte(doc), []string{"fake"})
+			es, err := parseEntryWith(tc.block)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("Parse: %v, want an error with %q", err, tc.err)
@@ -224,11 +220,7 @@ func TestParse_AddressPool(t *testing.T) {
 		{name: "neither", block: "addressPool: {prefix: 24}", err: "providers[0].addressPool"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			doc := "providers:\n- name: pool\n  type: fake\n"
-			if tc.block != "" {
-				doc += "  " + tc.block + "\n"
-			}
-			es, err := Parse([]byte(doc), []string{"fake"})
+			es, err := parseEntryWith(tc.block)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("Parse: %v, want an error with %q", err, tc.err)
@@ -250,4 +242,13 @@ func TestParse_AddressPool(t *testing.T) {
 			}
 		})
 	}
+}
+
+// parseEntryWith parses one entry of type fake with an entry-level block.
+func parseEntryWith(block string) ([]Entry, error) {
+	doc := "providers:\n- name: pool\n  type: fake\n"
+	if block != "" {
+		doc += "  " + block + "\n"
+	}
+	return Parse([]byte(doc), []string{"fake"})
 }

@@ -203,39 +203,8 @@ func TestProxyEndToEnd(t *testing.T) {
 	// Registered before the operator starts, so it runs once the operator
 	// stopped: a failed run leaves no guest on the shared host. A passing
 	// one has removed everything itself (checked below).
-	t.Cleanup(func() {
-		prefix := provider.InstanceNamePrefix + ns + "-"
-		doms, _, err := l.ConnectListAllDomains(1, libvirtrpc.ConnectListDomainsActive|libvirtrpc.ConnectListDomainsInactive)
-		if err != nil {
-			t.Errorf("listing the domains: %v", err)
-		}
-		for _, d := range doms {
-			if strings.HasPrefix(d.Name, prefix) && libvirthost.RemoveDomain(t, l, d.Name) {
-				t.Logf("removed domain %s the test left", d.Name)
-			}
-		}
-		if vols := libvirthost.RemoveVolumes(t, l, pool, func(v string) bool { return strings.HasPrefix(v, prefix) }); len(vols) > 0 {
-			t.Logf("removed volumes the test left: %v", vols)
-		}
-	})
-	op, err := operator.New(ctx, env.Config, operator.Options{
-		ProvidersConfig: configPath, MetricsAddr: "0", ProbeAddr: "0",
-		InstallationID: "e2e-" + randHex(t), Namespaces: []string{ns}, SkipControllerNameValidation: true,
-		RunningResync: runningResync,
-		Types:         rec.types(t, registry.DefaultTypes()),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- op.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("the operator ended with %v", err)
-		}
-	})
+	t.Cleanup(func() { removeLeftovers(t, l, pool, provider.InstanceNamePrefix+ns+"-") })
+	op := startOperator(t, env, configPath, ns, "e2e-", rec)
 
 	// Both type names are accepted for the host, and check it.
 	for _, name := range []string{"lv", "lv2"} {
@@ -618,4 +587,30 @@ func waitEgressIP(t *testing.T, env *testenv.Env, key client.ObjectKey, id strin
 		t.Fatalf("status.egress.source %s, want %s", px.Status.Egress.Source, provider.EgressFromEcho)
 	}
 	return px
+}
+
+// startOperator runs the operator in-process on env for namespace ns, its
+// libvirt providers observed by rec, until the test ends. Register what
+// must run after it stopped before calling it.
+func startOperator(t *testing.T, env *testenv.Env, configPath, ns, installation string, rec *calls) *operator.Operator {
+	t.Helper()
+	op, err := operator.New(context.Background(), env.Config, operator.Options{
+		ProvidersConfig: configPath, MetricsAddr: "0", ProbeAddr: "0",
+		InstallationID: installation + randHex(t), Namespaces: []string{ns}, SkipControllerNameValidation: true,
+		RunningResync: runningResync,
+		Types:         rec.types(t, registry.DefaultTypes()),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- op.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("the operator ended with %v", err)
+		}
+	})
+	return op
 }

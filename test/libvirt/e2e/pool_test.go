@@ -22,9 +22,7 @@ import (
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/operator"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/libvirthost"
 )
@@ -72,25 +70,7 @@ func TestPoolAddressEndToEnd(t *testing.T) {
 	prefix := provider.InstanceNamePrefix + ns + "-"
 	t.Cleanup(func() { removeLeftovers(t, l, pool, prefix) })
 
-	rec := &calls{creates: map[string][]string{}, gets: map[string][]provider.Instance{}}
-	op, err := operator.New(ctx, env.Config, operator.Options{
-		ProvidersConfig: configPath, MetricsAddr: "0", ProbeAddr: "0",
-		InstallationID: "e2e-pool-" + randHex(t), Namespaces: []string{ns}, SkipControllerNameValidation: true,
-		RunningResync: runningResync,
-		Types:         rec.types(t, registry.DefaultTypes()),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- op.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("the operator ended with %v", err)
-		}
-	})
+	startOperator(t, env, configPath, ns, "e2e-pool-", &calls{creates: map[string][]string{}, gets: map[string][]provider.Instance{}})
 	waitHealthy(t, env, "pool")
 
 	// Two Proxies at once: each gets an address of its own.
@@ -156,10 +136,13 @@ func TestPoolAddressEndToEnd(t *testing.T) {
 	if err := env.Client.Update(ctx, one); err != nil {
 		t.Fatal(err)
 	}
-	one, _ = waitCondition(t, env, keyOne, changed, "Ready on a new instance", func(c *metav1.Condition) bool {
-		return c.Status == metav1.ConditionTrue && !strings.Contains(c.Message, oldName)
+	// Nothing serves while the old instance goes and the new one boots.
+	_, gapCond := waitCondition(t, env, keyOne, changed, "not Ready while replaced", func(c *metav1.Condition) bool {
+		return c.Status == metav1.ConditionFalse
 	})
+	one = waitReady(t, env, keyOne, changed)
 	readyAgain := time.Since(changed)
+	t.Logf("while replaced: Ready=%s %s: %s (instance %s before)", gapCond.Status, gapCond.Reason, gapCond.Message, oldName)
 	one = waitPoolEgress(t, env, keyOne, one.Status.ProviderID, addrOne, echo, changed)
 	w := watch.stop()
 	if one.Status.ProviderID == oldID || poolAddressOf(t, one) != addrOne {
@@ -331,8 +314,14 @@ func startReplacementWatch(t *testing.T, l *libvirtrpc.Libvirt, domainPrefix str
 	t.Helper()
 	w := &replacementWatch{stopCh: make(chan struct{}), done: make(chan replacementSeen, 1)}
 	c := proxyClientTo(addr)
+	// The watch starts from an answer, so the gap has a start.
+	var s replacementSeen
+	testenv.EventuallyNilWithin(t, time.Minute, "an answer through "+addr.String()+" before the change", func() error {
+		err := libvirthost.GetBody(c, target, originBody)
+		s.lastBefore = time.Now()
+		return err
+	})
 	go func() {
-		var s replacementSeen
 		inGap := false
 		tick := time.NewTicker(500 * time.Millisecond)
 		defer tick.Stop()
