@@ -19,132 +19,42 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	libvirtrpc "github.com/digitalocean/go-libvirt"
-	"github.com/go-logr/logr/funcr"
 	"golang.org/x/crypto/bcrypt"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/operator"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/libvirt"
-	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/libvirthost"
+	"github.com/egress-proxies-operator/egress-proxies-operator/test/libvirt/internal/lvtest"
 )
+
+func TestMain(m *testing.M) { lvtest.Main(m) }
 
 const (
 	squidPort  = 3128
 	originBody = "hello through the operator's guest\n"
-	// readyBound only stops a hung test: the guest boots under emulation
-	// in about a minute on an idle machine, several on a busy one.
-	readyBound = 12 * time.Minute
 	// imageCachePrefix starts the image cache's volumes, which stay in the
 	// pool by design (one download per host).
 	imageCachePrefix = "egress-proxy-image_"
 )
-
-// operatorLog keeps the operator's log lines (controller-runtime's global
-// logger, set once per process); a failed test prints its tail.
-var operatorLog = &lines{}
-
-func TestMain(m *testing.M) {
-	ctrl.SetLogger(funcr.New(operatorLog.add, funcr.Options{Verbosity: 1}))
-	os.Exit(m.Run())
-}
-
-type lines struct {
-	mu sync.Mutex
-	l  []string
-}
-
-func (l *lines) add(prefix, args string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.l = append(l.l, prefix+" "+args)
-}
-
-func (l *lines) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.l[max(0, len(l.l)-n):], "\n")
-}
-
-// calls records what the providers built under each type name answered,
-// so the test can tell which type served the Proxy.
-type calls struct {
-	mu      sync.Mutex
-	creates map[string][]string            // type -> instance names
-	gets    map[string][]provider.Instance // type -> successful Get answers
-}
-
-// types is the registry's own constructor map (both type names must be
-// registered there) with the kvm and kvm2 providers observed.
-func (c *calls) types(t *testing.T, base map[string]registry.Type) map[string]registry.Type {
-	t.Helper()
-	for _, typ := range libvirt.TypeNames {
-		orig, ok := base[typ]
-		if !ok {
-			t.Fatalf("registry.DefaultTypes() has no type %s", typ)
-		}
-		wrapped := orig
-		wrapped.New = func(name string, settings any, opts provider.Options) (provider.Provider, error) {
-			p, err := orig.New(name, settings, opts)
-			if err != nil {
-				return nil, err
-			}
-			full, ok := p.(libvirthost.FullProvider)
-			if !ok {
-				return nil, fmt.Errorf("type %s built a %T, which is not a Checker, SecondaryLister and io.Closer", typ, p)
-			}
-			return libvirthost.Observe(full, libvirthost.Hooks{
-				Create: func(req provider.CreateRequest, _ provider.Instance, err error) {
-					c.mu.Lock()
-					defer c.mu.Unlock()
-					c.creates[typ] = append(c.creates[typ], req.Name)
-				},
-				Get: func(_ string, inst provider.Instance, err error) {
-					if err != nil {
-						return
-					}
-					c.mu.Lock()
-					defer c.mu.Unlock()
-					c.gets[typ] = append(c.gets[typ], inst)
-				},
-			}), nil
-		}
-		base[typ] = wrapped
-	}
-	return base
-}
-
-func (c *calls) snapshot(typ string) (creates []string, gets []provider.Instance) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.creates[typ]), slices.Clone(c.gets[typ])
-}
 
 // providersYAML is the providers config: entry lv of type typ, and entry
 // lv2 of type kvm2, both on the test host.
@@ -160,19 +70,7 @@ func providersYAMLWith(typ string, block []byte, lvLine string) string {
 	return fmt.Sprintf("providers:\n- name: lv\n  type: %s\n  %s: %s\n%s- name: lv2\n  type: kvm2\n  kvm2: %s\n", typ, typ, block, extra, block)
 }
 
-func writeFileAtomically(t *testing.T, path, content string) {
-	t.Helper()
-	tmp := filepath.Join(filepath.Dir(path), ".providers.yaml.tmp")
-	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestProxyEndToEnd(t *testing.T) {
-	t.Parallel() // beside TestPoolAddressEndToEnd: guests boot at once
 	h := libvirthost.Require(t)
 	guest := h.RequireGuest(t)
 	l := h.Connect(t)
@@ -182,33 +80,33 @@ func TestProxyEndToEnd(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("the operator's last log lines:\n%s", operatorLog.tail(150))
+			t.Logf("the operator's last log lines:\n%s", lvtest.OperatorLog.Tail(150))
 		}
 	})
 	volsBefore := libvirthost.VolumeNames(t, l, pool)
-	env := startControlPlane(t)
+	env := lvtest.StartControlPlane(t)
 	ctx := context.Background()
 	imageURL, downloads := libvirthost.ImageServer(t, guest)
 	// The entry's egress-IP echo, on the namespace's loopback: the guest
 	// asks it through its Squid at the slirp host's address.
-	echo := startEcho(t, "127.0.0.1")
-	block := withEgressIPEcho(t, h.ProviderConfig(h.Socket, imageURL, guest),
-		fmt.Sprintf("http://%s/ip?format=text", net.JoinHostPort(libvirthost.SlirpHost, fmt.Sprint(echo.port))))
+	echo := lvtest.StartEcho(t, "127.0.0.1")
+	block := lvtest.WithEgressIPEcho(t, h.ProviderConfig(h.Socket, imageURL, guest),
+		fmt.Sprintf("http://%s/ip?format=text", net.JoinHostPort(libvirthost.SlirpHost, fmt.Sprint(echo.Port))))
 
 	dir := t.TempDir()
 	configPath := filepath.Join(dir, "providers.yaml")
-	writeFileAtomically(t, configPath, providersYAML(libvirt.TypeKVM, block))
-	rec := &calls{creates: map[string][]string{}, gets: map[string][]provider.Instance{}}
+	lvtest.WriteFileAtomically(t, configPath, providersYAML(libvirt.TypeKVM, block))
+	rec := lvtest.NewCalls()
 	ns := env.Namespace(t, "e2e")
 	// Registered before the operator starts, so it runs once the operator
 	// stopped: a failed run leaves no guest on the shared host. A passing
 	// one has removed everything itself (checked below).
-	t.Cleanup(func() { removeLeftovers(t, l, pool, provider.InstanceNamePrefix+ns+"-") })
-	op := startOperator(t, env, configPath, ns, "e2e-", rec)
+	t.Cleanup(func() { lvtest.RemoveLeftovers(t, l, pool, provider.InstanceNamePrefix+ns+"-") })
+	op := lvtest.StartOperator(t, env, configPath, ns, "e2e-", rec)
 
 	// Both type names are accepted for the host, and check it.
 	for _, name := range []string{"lv", "lv2"} {
-		ph := waitHealthy(t, env, name)
+		ph := lvtest.WaitHealthy(t, env, name)
 		t.Logf("ProviderHealth %s: type %s, Healthy, target %s at %s, details %v", name, ph.Status.Type, ph.Status.Target, ph.Status.Address, ph.Status.Details)
 	}
 
@@ -234,7 +132,7 @@ func TestProxyEndToEnd(t *testing.T) {
 	if err := env.Client.Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}
-	px = waitReady(t, env, key, applied)
+	px = lvtest.WaitReady(t, env, key, applied)
 	toReady := time.Since(applied)
 	t.Logf("TIMING apply->Ready %.0fs", toReady.Seconds())
 	t.Logf("Proxy %s Ready: providerID %s, instance %s, status.ip %s, endpoint %s (image downloads: %d)",
@@ -265,7 +163,7 @@ func TestProxyEndToEnd(t *testing.T) {
 	originPort := origin.Listener.Addr().(*net.TCPAddr).Port
 	target := fmt.Sprintf("http://%s/", net.JoinHostPort(libvirthost.SlirpHost, fmt.Sprint(originPort)))
 	proxyClient := libvirthost.ProxyClientAs(fwd, user, password)
-	testenv.EventuallyNilWithin(t, readyBound, "a 200 from the origin through the guest's Squid", func() error {
+	testenv.EventuallyNilWithin(t, lvtest.ReadyBound, "a 200 from the origin through the guest's Squid", func() error {
 		return libvirthost.GetBody(proxyClient, target, originBody)
 	})
 	t.Logf("GET %s through the guest's Squid (127.0.0.1:%d forwards to the guest's :%d) as %s: 200 %q", target, fwd, squidPort, user, originBody)
@@ -274,7 +172,7 @@ func TestProxyEndToEnd(t *testing.T) {
 	// through its own Squid.
 	px = waitEgressIP(t, env, key, px.Status.ProviderID, echo)
 	t.Logf("TIMING apply->status.egressIP %.0fs: %s (source %s, confirmed %s, on %s); the echo saw %v",
-		time.Since(applied).Seconds(), px.Status.EgressIP, px.Status.Egress.Source, px.Status.Egress.LastConfirmed, px.Status.Egress.ProviderID, echo.seen())
+		time.Since(applied).Seconds(), px.Status.EgressIP, px.Status.Egress.Source, px.Status.Egress.LastConfirmed, px.Status.Egress.ProviderID, echo.Seen())
 	hitsBefore := hits.Load()
 	for what, c := range map[string]*http.Client{
 		"no credentials":     libvirthost.ProxyClient(fwd),
@@ -359,12 +257,12 @@ func TestProxyEndToEnd(t *testing.T) {
 // block): the registry rebuilds it, the kvm2 provider reads the same
 // instance Running (both names write and read the same marks), and the
 // Proxy stays Ready on the same providerID, with no new domain.
-func switchType(t *testing.T, env *testenv.Env, op *operator.Operator, rec *calls, l *libvirtrpc.Libvirt,
+func switchType(t *testing.T, env *testenv.Env, op *operator.Operator, rec *lvtest.Calls, l *libvirtrpc.Libvirt,
 	configPath string, block []byte, key client.ObjectKey, px *egressv1.Proxy, dom libvirtrpc.Domain) {
 	t.Helper()
 	ctx := context.Background()
-	creates, _ := rec.snapshot(libvirt.TypeKVM2)
-	writeFileAtomically(t, configPath, providersYAML(libvirt.TypeKVM2, block))
+	creates, _ := rec.Snapshot(libvirt.TypeKVM2)
+	lvtest.WriteFileAtomically(t, configPath, providersYAML(libvirt.TypeKVM2, block))
 	testenv.EventuallyNil(t, "entry lv rebuilt as type kvm2", func() error {
 		for _, e := range op.Registry.Entries() {
 			if e.Name == "lv" && e.Type == libvirt.TypeKVM2 {
@@ -374,7 +272,7 @@ func switchType(t *testing.T, env *testenv.Env, op *operator.Operator, rec *call
 		return fmt.Errorf("entry lv is not kvm2 yet")
 	})
 	testenv.EventuallyNilWithin(t, 3*time.Minute, "the kvm2 provider of lv reading the instance Running", func() error {
-		_, gets := rec.snapshot(libvirt.TypeKVM2)
+		_, gets := rec.Snapshot(libvirt.TypeKVM2)
 		for _, g := range gets {
 			if g.ID == px.Status.ProviderID && g.State == provider.StateRunning && g.IP == px.Status.IP {
 				return nil
@@ -392,7 +290,7 @@ func switchType(t *testing.T, env *testenv.Env, op *operator.Operator, rec *call
 			meta.FindStatusCondition(got.Status.Conditions, egressv1.ConditionReady), got.Status.ProviderID, got.Status.InstanceName,
 			px.Status.ProviderID, px.Status.InstanceName)
 	}
-	if now, _ := rec.snapshot(libvirt.TypeKVM2); len(now) != len(creates) {
+	if now, _ := rec.Snapshot(libvirt.TypeKVM2); len(now) != len(creates) {
 		// A Create that adopts is harmless, but none is due: Get said Running.
 		t.Logf("kvm2 providers were asked to create %v after the switch", now[len(creates):])
 	}
@@ -419,149 +317,10 @@ func switchType(t *testing.T, env *testenv.Env, op *operator.Operator, rec *call
 // startControlPlane is testenv.Start for the host's namespace: its only
 // addresses are loopback ones and it has no default route, from which
 // kube-apiserver would derive its advertise address.
-func startControlPlane(t *testing.T) *testenv.Env {
-	t.Helper()
-	env, err := testenv.New(testenv.WithLogf(t.Logf), testenv.WithAdvertiseAddress("127.0.0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the control plane: %v", err)
-		}
-	})
-	return env
-}
-
-func waitHealthy(t *testing.T, env *testenv.Env, name string) *egressv1.ProviderHealth {
-	t.Helper()
-	ph := &egressv1.ProviderHealth{}
-	testenv.EventuallyNilWithin(t, 2*time.Minute, "ProviderHealth "+name+" Healthy", func() error {
-		if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, ph); err != nil {
-			return err
-		}
-		if c := meta.FindStatusCondition(ph.Status.Conditions, egressv1.ConditionHealthy); c == nil || c.Status != metav1.ConditionTrue {
-			return fmt.Errorf("ProviderHealth %s: %+v", name, c)
-		}
-		return nil
-	})
-	return ph
-}
-
-// waitReady waits for the Proxy's Ready condition, logging each new
-// message on the way (the provider's progress).
-func waitReady(t *testing.T, env *testenv.Env, key client.ObjectKey, since time.Time) *egressv1.Proxy {
-	t.Helper()
-	px, _ := waitCondition(t, env, key, since, "Ready", func(c *metav1.Condition) bool { return c.Status == metav1.ConditionTrue })
-	return px
-}
-
-// waitCondition waits until the Proxy's Ready condition satisfies ok,
-// logging each change of its reason or message since since.
-func waitCondition(t *testing.T, env *testenv.Env, key client.ObjectKey, since time.Time, what string, ok func(*metav1.Condition) bool) (*egressv1.Proxy, metav1.Condition) {
-	t.Helper()
-	px := &egressv1.Proxy{}
-	var got metav1.Condition
-	last := ""
-	testenv.EventuallyNilWithin(t, readyBound, "Proxy "+key.String()+" "+what, func() error {
-		if err := env.Client.Get(context.Background(), key, px); err != nil {
-			return err
-		}
-		c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady)
-		if c == nil {
-			return fmt.Errorf("no Ready condition yet")
-		}
-		if line := c.Reason + ": " + c.Message; line != last {
-			t.Logf("%5.1fs %s Ready=%s %s", time.Since(since).Seconds(), key.Name, c.Status, line)
-			last = line
-		}
-		if !ok(c) {
-			return fmt.Errorf("Ready=%s %s: %s", c.Status, c.Reason, c.Message)
-		}
-		got = *c
-		return nil
-	})
-	return px, got
-}
-
-func randHex(t *testing.T) string {
-	t.Helper()
-	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b[:])
-}
-
-// echoServer is the entry's egress-IP echo: it answers each GET with the
-// caller's address as text, and keeps what it saw.
-type echoServer struct {
-	port int
-	mu   sync.Mutex
-	reqs []echoRequest
-}
-
-type echoRequest struct {
-	at                    time.Time
-	from, path, userAgent string
-	// forwarded holds the headers that would tell the echo about the
-	// proxy's clients; the proxies remove them.
-	forwarded []string
-}
-
-func startEcho(t *testing.T, host string) *echoServer {
-	t.Helper()
-	e := &echoServer{}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		req := echoRequest{at: time.Now(), from: host, path: r.URL.RequestURI(), userAgent: r.UserAgent()}
-		for _, h := range egress.HiddenRequestHeaders {
-			if v := r.Header.Get(h); v != "" {
-				req.forwarded = append(req.forwarded, h+": "+v)
-			}
-		}
-		e.mu.Lock()
-		e.reqs = append(e.reqs, req)
-		e.mu.Unlock()
-		w.Header().Set("Content-Type", "text/plain")
-		fmt.Fprintln(w, host)
-	}))
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	e.port = ln.Addr().(*net.TCPAddr).Port
-	return e
-}
-
-func (e *echoServer) seen() []echoRequest {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Clone(e.reqs)
-}
-
-// withEgressIPEcho is the provider block with egressIPEcho set.
-func withEgressIPEcho(t *testing.T, block []byte, url string) []byte {
-	t.Helper()
-	var cfg map[string]any
-	if err := json.Unmarshal(block, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg["egressIPEcho"] = url
-	out, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // waitEgressIP waits until the Proxy shows an egress address confirmed on
 // instance id, and checks it is the address the echo saw, asked for the
 // entry's path by the reporter, with nothing about the clients.
-func waitEgressIP(t *testing.T, env *testenv.Env, key client.ObjectKey, id string, echo *echoServer) *egressv1.Proxy {
+func waitEgressIP(t *testing.T, env *testenv.Env, key client.ObjectKey, id string, echo *lvtest.EchoServer) *egressv1.Proxy {
 	t.Helper()
 	px := &egressv1.Proxy{}
 	testenv.EventuallyNilWithin(t, 3*time.Minute, "status.egressIP confirmed on "+id, func() error {
@@ -574,12 +333,12 @@ func waitEgressIP(t *testing.T, env *testenv.Env, key client.ObjectKey, id strin
 		}
 		return nil
 	})
-	reqs := echo.seen()
+	reqs := echo.Seen()
 	if len(reqs) == 0 {
 		t.Fatalf("status.egressIP %s, but the echo was never asked", px.Status.EgressIP)
 	}
 	for _, r := range reqs {
-		if r.from != px.Status.EgressIP || r.path != "/ip?format=text" || r.userAgent != "egress-proxies-operator" || len(r.forwarded) > 0 {
+		if r.From != px.Status.EgressIP || r.Path != "/ip?format=text" || r.UserAgent != "egress-proxies-operator" || len(r.Forwarded) > 0 {
 			t.Fatalf("status.egressIP %s (source %s), the echo saw %+v", px.Status.EgressIP, px.Status.Egress.Source, r)
 		}
 	}
@@ -587,30 +346,4 @@ func waitEgressIP(t *testing.T, env *testenv.Env, key client.ObjectKey, id strin
 		t.Fatalf("status.egress.source %s, want %s", px.Status.Egress.Source, provider.EgressFromEcho)
 	}
 	return px
-}
-
-// startOperator runs the operator in-process on env for namespace ns, its
-// libvirt providers observed by rec, until the test ends. Register what
-// must run after it stopped before calling it.
-func startOperator(t *testing.T, env *testenv.Env, configPath, ns, installation string, rec *calls) *operator.Operator {
-	t.Helper()
-	op, err := operator.New(context.Background(), env.Config, operator.Options{
-		ProvidersConfig: configPath, MetricsAddr: "0", ProbeAddr: "0",
-		InstallationID: installation + randHex(t), Namespaces: []string{ns}, SkipControllerNameValidation: true,
-		RunningResync: runningResync,
-		Types:         rec.types(t, registry.DefaultTypes()),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- op.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("the operator ended with %v", err)
-		}
-	})
-	return op
 }

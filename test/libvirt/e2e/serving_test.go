@@ -26,11 +26,8 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/libvirthost"
+	"github.com/egress-proxies-operator/egress-proxies-operator/test/libvirt/internal/lvtest"
 )
-
-// runningResync is the operator's --running-resync in this test: how
-// often a Ready Proxy's instance is read again (a poll of a serving Proxy).
-const runningResync = 15 * time.Second
 
 // autohealAfter is entry lv's autoheal.replaceUnhealthyAfter here.
 const autohealAfter = 20 * time.Second
@@ -48,8 +45,8 @@ runcmd:
 // watches the Proxy autohealed onto a new domain, while a second Proxy
 // whose user-data fails shows cloud-init's error line. It returns the
 // Proxy and its domain after the autoheal.
-func servingSignal(t *testing.T, env *testenv.Env, op *operator.Operator, rec *calls, l *libvirtrpc.Libvirt, configPath string, block []byte,
-	key client.ObjectKey, px *egressv1.Proxy, dom libvirtrpc.Domain, echo *echoServer) (*egressv1.Proxy, libvirtrpc.Domain) {
+func servingSignal(t *testing.T, env *testenv.Env, op *operator.Operator, rec *lvtest.Calls, l *libvirtrpc.Libvirt, configPath string, block []byte,
+	key client.ObjectKey, px *egressv1.Proxy, dom libvirtrpc.Domain, echo *lvtest.EchoServer) (*egressv1.Proxy, libvirtrpc.Domain) {
 	t.Helper()
 	ctx := context.Background()
 
@@ -72,14 +69,14 @@ func servingSignal(t *testing.T, env *testenv.Env, op *operator.Operator, rec *c
 	libvirthost.GuestExec(t, l, dom, "/bin/systemctl", "stop", "squid")
 	waitReason(t, env, key, stopped, egressv1.ReasonProxyNotAnswering)
 	t.Logf("TIMING squid stopped->Ready=False ProxyNotAnswering %.1fs (%d Gets of the Proxy's instance meanwhile; reporter every %s, running resync %s)",
-		time.Since(stopped).Seconds(), len(gets(rec))-getsBefore, servingreport.Interval, runningResync)
+		time.Since(stopped).Seconds(), len(gets(rec))-getsBefore, servingreport.Interval, lvtest.RunningResync)
 	started := time.Now()
 	libvirthost.GuestExec(t, l, dom, "/bin/systemctl", "start", "squid")
 	waitReason(t, env, key, started, egressv1.ReasonRunning)
 	t.Logf("TIMING squid started->Ready=True %.1fs", time.Since(started).Seconds())
 
 	// Autoheal: a short replaceUnhealthyAfter, Squid stopped again.
-	writeFileAtomically(t, configPath, providersYAMLWith(libvirt.TypeKVM, block,
+	lvtest.WriteFileAtomically(t, configPath, providersYAMLWith(libvirt.TypeKVM, block,
 		fmt.Sprintf("autoheal: {replaceUnhealthyAfter: %s, maxConcurrent: 1}", autohealAfter)))
 	testenv.EventuallyNil(t, "entry lv's autoheal applied", func() error {
 		for _, e := range op.Registry.Entries() {
@@ -100,7 +97,7 @@ func servingSignal(t *testing.T, env *testenv.Env, op *operator.Operator, rec *c
 	healed := waitNewInstance(t, env, key, px.Status.InstanceName)
 	t.Logf("TIMING squid stopped->autohealed (status.autoheals %d, new instance %s) %.1fs",
 		healed.Status.Autoheals, healed.Status.InstanceName, time.Since(stopped).Seconds())
-	healed = waitReady(t, env, key, stopped)
+	healed = lvtest.WaitReady(t, env, key, stopped)
 	t.Logf("TIMING squid stopped->Ready=True on the new domain %s %.1fs", healed.Status.InstanceName, time.Since(stopped).Seconds())
 	if healed.Status.Autoheals != 1 || healed.Status.InstanceName == px.Status.InstanceName {
 		t.Fatalf("after the autoheal: autoheals %d, instance %s (was %s)", healed.Status.Autoheals, healed.Status.InstanceName, px.Status.InstanceName)
@@ -132,7 +129,7 @@ func servingSignal(t *testing.T, env *testenv.Env, op *operator.Operator, rec *c
 	if err := env.Client.Delete(ctx, broken); err != nil {
 		t.Fatal(err)
 	}
-	testenv.EventuallyNilWithin(t, readyBound, "Proxy broken deleted with its domain", func() error {
+	testenv.EventuallyNilWithin(t, lvtest.ReadyBound, "Proxy broken deleted with its domain", func() error {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(broken), &egressv1.Proxy{})
 		if client.IgnoreNotFound(err) != nil {
 			return err
@@ -165,10 +162,10 @@ func failingProxy(t *testing.T, env *testenv.Env, ns string) *egressv1.Proxy {
 }
 
 // gets are the successful Gets of both types so far.
-func gets(rec *calls) []string {
+func gets(rec *lvtest.Calls) []string {
 	var ids []string
 	for _, typ := range libvirt.TypeNames {
-		_, g := rec.snapshot(typ)
+		_, g := rec.Snapshot(typ)
 		for _, i := range g {
 			ids = append(ids, i.ID)
 		}
@@ -179,7 +176,7 @@ func gets(rec *calls) []string {
 // waitReason waits until the Proxy's Ready reason is reason.
 func waitReason(t *testing.T, env *testenv.Env, key client.ObjectKey, since time.Time, reason string) metav1.Condition {
 	t.Helper()
-	_, c := waitCondition(t, env, key, since, reason, func(c *metav1.Condition) bool { return c.Reason == reason })
+	_, c := lvtest.WaitCondition(t, env, key, since, reason, func(c *metav1.Condition) bool { return c.Reason == reason })
 	return c
 }
 
@@ -187,7 +184,7 @@ func waitReason(t *testing.T, env *testenv.Env, key client.ObjectKey, since time
 func waitNewInstance(t *testing.T, env *testenv.Env, key client.ObjectKey, old string) *egressv1.Proxy {
 	t.Helper()
 	px := &egressv1.Proxy{}
-	testenv.EventuallyNilWithin(t, readyBound, "Proxy "+key.String()+" on a new instance", func() error {
+	testenv.EventuallyNilWithin(t, lvtest.ReadyBound, "Proxy "+key.String()+" on a new instance", func() error {
 		if err := env.Client.Get(context.Background(), key, px); err != nil {
 			return err
 		}

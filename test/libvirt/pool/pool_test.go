@@ -1,4 +1,10 @@
-package e2e
+// Package pool runs Proxies with addresses from an entry's addressPool on
+// the libvirt test host (hack/libvirt), with the operator in-process on a
+// real kube-apiserver and etcd, the real provider and real Debian guests.
+// A package of its own so `go test` runs it beside test/libvirt/e2e once
+// the conformance suite is done, not beside both (guests under emulation
+// on two cores). Without a host it skips (internal/testenv/libvirthost).
+package pool
 
 import (
 	"context"
@@ -25,6 +31,14 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/libvirthost"
+	"github.com/egress-proxies-operator/egress-proxies-operator/test/libvirt/internal/lvtest"
+)
+
+func TestMain(m *testing.M) { lvtest.Main(m) }
+
+const (
+	squidPort  = 3128
+	originBody = "hello through the pool's guest\n"
 )
 
 // TestPoolAddressEndToEnd: a kvm entry whose guests sit on the host's
@@ -42,7 +56,6 @@ import (
 // deletions releasing the addresses (the IPAddress objects gone) and
 // leaving nothing on the host.
 func TestPoolAddressEndToEnd(t *testing.T) {
-	t.Parallel() // beside TestProxyEndToEnd: guests boot at once
 	h := libvirthost.Require(t)
 	guest := h.RequireGuest(t)
 	l := h.Connect(t)
@@ -54,26 +67,29 @@ func TestPoolAddressEndToEnd(t *testing.T) {
 	bridgeAddress(t, h.Bridge, netip.PrefixFrom(gateway, libvirthost.BridgeNet.Bits()))
 	first, second := nth(libvirthost.BridgeNet, 10), nth(libvirthost.BridgeNet, 11) // the pool: two addresses
 
-	env := startControlPlane(t)
+	env := lvtest.StartControlPlane(t)
 	ctx := context.Background()
 	imageURL, _ := libvirthost.ImageServer(t, guest)
-	echo := startEcho(t, gateway.String())
+	echo := lvtest.StartEcho(t, gateway.String())
 	origin, hits := testenv.CountingOrigin(t, gateway.String(), originBody, false)
 	target := "http://" + origin.Listener.Addr().String() + "/"
 
 	block := onBridge(t, h.ProviderConfig(h.Socket, imageURL, guest), h.Bridge, gateway)
-	block = withEgressIPEcho(t, block, fmt.Sprintf("http://%s/ip?format=text", net.JoinHostPort(gateway.String(), fmt.Sprint(echo.port))))
+	block = lvtest.WithEgressIPEcho(t, block, fmt.Sprintf("http://%s/ip?format=text", net.JoinHostPort(gateway.String(), fmt.Sprint(echo.Port))))
 	poolLine := fmt.Sprintf("addressPool: {addresses: [%s-%s], prefix: %d, gateway: %s}", first, second, libvirthost.BridgeNet.Bits(), gateway)
 	configPath := t.TempDir() + "/providers.yaml"
-	writeFileAtomically(t, configPath, fmt.Sprintf("providers:\n- name: pool\n  type: kvm\n  kvm: %s\n  %s\n", block, poolLine))
+	lvtest.WriteFileAtomically(t, configPath, fmt.Sprintf("providers:\n- name: pool\n  type: kvm\n  kvm: %s\n  %s\n", block, poolLine))
 	ns := env.Namespace(t, "pool")
 	prefix := provider.InstanceNamePrefix + ns + "-"
-	t.Cleanup(func() { removeLeftovers(t, l, pool, prefix) })
+	t.Cleanup(func() { lvtest.RemoveLeftovers(t, l, pool, prefix) })
 
-	startOperator(t, env, configPath, ns, "e2e-pool-", &calls{creates: map[string][]string{}, gets: map[string][]provider.Instance{}})
-	waitHealthy(t, env, "pool")
+	lvtest.StartOperator(t, env, configPath, ns, "e2e-pool-", lvtest.NewCalls())
+	lvtest.WaitHealthy(t, env, "pool")
 
-	// Two Proxies at once: each gets an address of its own.
+	// Two Proxies at once: each gets an address of its own. Only one
+	// boots to the end (guests under emulation are slow; the allocation
+	// and the instance's address are what two shows), and a third finds
+	// the pool exhausted.
 	newPoolProxy := func(name string) *egressv1.Proxy {
 		return &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: egressv1.ProxySpec{
 			Provider: "pool", Port: squidPort, AllowedSourceRanges: []string{gateway.String() + "/32"}}}
@@ -84,47 +100,42 @@ func TestPoolAddressEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	keyOne, keyTwo := client.ObjectKey{Namespace: ns, Name: "one"}, client.ObjectKey{Namespace: ns, Name: "two"}
-	one := waitReady(t, env, keyOne, applied)
-	two := waitReady(t, env, keyTwo, applied)
-	t.Logf("TIMING apply->Ready (two Proxies booting at once) %.0fs", time.Since(applied).Seconds())
-	addrOne, addrTwo := poolAddressOf(t, one), poolAddressOf(t, two)
-	if addrOne == addrTwo || !inRange(addrOne, first, second) || !inRange(addrTwo, first, second) {
-		t.Fatalf("pool addresses %s and %s, want the two different addresses of %s-%s", addrOne, addrTwo, first, second)
-	}
-	for _, px := range []*egressv1.Proxy{one, two} {
-		if px.Status.IP != px.Status.EgressAddress.Address || px.Status.Endpoint != net.JoinHostPort(px.Status.IP, fmt.Sprint(squidPort)) {
-			t.Fatalf("Proxy %s: status.ip %s, endpoint %s, pool address %s", px.Name, px.Status.IP, px.Status.Endpoint, px.Status.EgressAddress.Address)
-		}
-		t.Logf("Proxy %s Ready on its pool address %s (IPAddress %s/%s, pool %s, instance %s)", px.Name, px.Status.IP,
-			ns, px.Status.EgressAddress.Name, px.Status.EgressAddress.Pool, px.Status.ProviderID)
-	}
-
-	// What the destinations see: the echo on the namespace's side of the
-	// bridge saw each guest's reporter come from its pool address.
-	one = waitPoolEgress(t, env, keyOne, one.Status.ProviderID, addrOne, echo, applied)
-	t.Logf("TIMING apply->status.egressIP %.0fs: Proxy one egresses as %s (source %s), Proxy two as %s; the echo saw %v",
-		time.Since(applied).Seconds(), one.Status.EgressIP, one.Status.Egress.Source, waitPoolEgress(t, env, keyTwo, two.Status.ProviderID, addrTwo, echo, applied).Status.EgressIP, echo.fromAddresses())
-
-	// A client through each pool address reaches the origin.
-	for _, a := range []netip.Addr{addrOne, addrTwo} {
-		c := proxyClientTo(a)
-		testenv.EventuallyNilWithin(t, readyBound, "a 200 through "+a.String(), func() error { return libvirthost.GetBody(c, target, originBody) })
-	}
-	t.Logf("GET %s through %s:%d and %s:%d: 200 (the origin counted %d)", target, addrOne, squidPort, addrTwo, squidPort, hits.Load())
-
-	// The pool is exhausted: a third Proxy is QuotaExceeded naming it.
+	keyOne, keyTwo, keyThree := client.ObjectKey{Namespace: ns, Name: "one"}, client.ObjectKey{Namespace: ns, Name: "two"}, client.ObjectKey{Namespace: ns, Name: "three"}
+	two := waitPoolAddress(t, env, keyTwo)
 	if err := env.Client.Create(ctx, newPoolProxy("three")); err != nil {
 		t.Fatal(err)
 	}
-	keyThree := client.ObjectKey{Namespace: ns, Name: "three"}
-	_, c := waitCondition(t, env, keyThree, time.Now(), "QuotaExceeded", func(c *metav1.Condition) bool {
+	_, c := lvtest.WaitCondition(t, env, keyThree, time.Now(), "QuotaExceeded", func(c *metav1.Condition) bool {
 		return c.Reason == egressv1.ReasonQuotaExceeded
 	})
 	if !strings.Contains(c.Message, "has no free address") || !strings.Contains(c.Message, "providers config entry pool") {
 		t.Fatalf("Proxy three: %s %q", c.Reason, c.Message)
 	}
 	t.Logf("Proxy three: Ready=%s %s: %s", c.Status, c.Reason, c.Message)
+	for _, k := range []client.ObjectKey{keyThree, keyTwo} {
+		deleteProxy(t, env, k)
+	}
+
+	one := lvtest.WaitReady(t, env, keyOne, applied)
+	t.Logf("TIMING apply->Ready %.0fs", time.Since(applied).Seconds())
+	addrOne, addrTwo := poolAddressOf(t, one), poolAddressOf(t, two)
+	if addrOne == addrTwo || !inRange(addrOne, first, second) || !inRange(addrTwo, first, second) {
+		t.Fatalf("pool addresses %s and %s, want the two different addresses of %s-%s", addrOne, addrTwo, first, second)
+	}
+	if one.Status.IP != addrOne.String() || one.Status.Endpoint != net.JoinHostPort(one.Status.IP, fmt.Sprint(squidPort)) {
+		t.Fatalf("Proxy one: status.ip %s, endpoint %s, pool address %s", one.Status.IP, one.Status.Endpoint, addrOne)
+	}
+	t.Logf("Proxy one Ready on its pool address %s (IPAddress %s/%s, pool %s, instance %s); Proxy two had %s (instance %s, deleted before its boot ended)",
+		one.Status.IP, ns, one.Status.EgressAddress.Name, one.Status.EgressAddress.Pool, one.Status.ProviderID, addrTwo, two.Status.ProviderID)
+
+	// What the destinations see: the echo on the namespace's side of the
+	// bridge saw the guest's reporter come from its pool address.
+	one = waitPoolEgress(t, env, keyOne, one.Status.ProviderID, addrOne, echo, applied)
+	t.Logf("TIMING apply->status.egressIP %.0fs: Proxy one egresses as %s (source %s); the echo saw %v",
+		time.Since(applied).Seconds(), one.Status.EgressIP, one.Status.Egress.Source, echo.FromAddresses())
+	cl := proxyClientTo(addrOne)
+	testenv.EventuallyNilWithin(t, lvtest.ReadyBound, "a 200 through "+addrOne.String(), func() error { return libvirthost.GetBody(cl, target, originBody) })
+	t.Logf("GET %s through %s:%d: 200 (the origin counted %d)", target, addrOne, squidPort, hits.Load())
 
 	// A spec change replaces one's instance on the same address: the old
 	// instance goes first. A client asks through the address all along;
@@ -137,10 +148,10 @@ func TestPoolAddressEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Nothing serves while the old instance goes and the new one boots.
-	_, gapCond := waitCondition(t, env, keyOne, changed, "not Ready while replaced", func(c *metav1.Condition) bool {
+	_, gapCond := lvtest.WaitCondition(t, env, keyOne, changed, "not Ready while replaced", func(c *metav1.Condition) bool {
 		return c.Status == metav1.ConditionFalse
 	})
-	one = waitReady(t, env, keyOne, changed)
+	one = lvtest.WaitReady(t, env, keyOne, changed)
 	readyAgain := time.Since(changed)
 	t.Logf("while replaced: Ready=%s %s: %s (instance %s before)", gapCond.Status, gapCond.Reason, gapCond.Message, oldName)
 	one = waitPoolEgress(t, env, keyOne, one.Status.ProviderID, addrOne, echo, changed)
@@ -160,15 +171,7 @@ func TestPoolAddressEndToEnd(t *testing.T) {
 
 	// Deleting the Proxies releases their addresses: the claims and the
 	// IPAddress objects go, and with them the domains and their volumes.
-	for _, k := range []client.ObjectKey{keyThree, keyTwo, keyOne} {
-		px := &egressv1.Proxy{}
-		if err := env.Client.Get(ctx, k, px); err != nil {
-			t.Fatal(err)
-		}
-		if err := env.Client.Delete(ctx, px); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deleteProxy(t, env, keyOne)
 	deleted := time.Now()
 	testenv.EventuallyNilWithin(t, 5*time.Minute, "the Proxies, their claims and addresses gone", func() error {
 		for _, list := range []client.ObjectList{&egressv1.ProxyList{}, &ipamv1.IPAddressClaimList{}, &ipamv1.IPAddressList{}} {
@@ -243,6 +246,34 @@ func onBridge(t *testing.T, block []byte, bridge string, gateway netip.Addr) []b
 	return out
 }
 
+// waitPoolAddress waits until the Proxy's claim is bound and its instance
+// is being made on the address.
+func waitPoolAddress(t *testing.T, env *testenv.Env, key client.ObjectKey) *egressv1.Proxy {
+	t.Helper()
+	px := &egressv1.Proxy{}
+	testenv.EventuallyNilWithin(t, 2*time.Minute, "Proxy "+key.Name+"'s pool address and instance", func() error {
+		if err := env.Client.Get(context.Background(), key, px); err != nil {
+			return err
+		}
+		if st := px.Status.EgressAddress; st == nil || st.Address == "" || px.Status.ProviderID == "" {
+			return fmt.Errorf("status.egressAddress %+v, providerID %q", st, px.Status.ProviderID)
+		}
+		return nil
+	})
+	return px
+}
+
+func deleteProxy(t *testing.T, env *testenv.Env, key client.ObjectKey) {
+	t.Helper()
+	px := &egressv1.Proxy{}
+	if err := env.Client.Get(context.Background(), key, px); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(context.Background(), px); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func poolAddressOf(t *testing.T, px *egressv1.Proxy) netip.Addr {
 	t.Helper()
 	if px.Status.EgressAddress == nil {
@@ -274,7 +305,7 @@ func proxyClientTo(addr netip.Addr) *http.Client {
 // waitPoolEgress waits until the Proxy's egress address is confirmed on
 // instance id and is its pool address, and checks the echo saw the
 // reporter come from that address since since.
-func waitPoolEgress(t *testing.T, env *testenv.Env, key client.ObjectKey, id string, want netip.Addr, echo *echoServer, since time.Time) *egressv1.Proxy {
+func waitPoolEgress(t *testing.T, env *testenv.Env, key client.ObjectKey, id string, want netip.Addr, echo *lvtest.EchoServer, since time.Time) *egressv1.Proxy {
 	t.Helper()
 	px := &egressv1.Proxy{}
 	testenv.EventuallyNilWithin(t, 3*time.Minute, "status.egressIP "+want.String()+" confirmed on "+id, func() error {
@@ -290,8 +321,8 @@ func waitPoolEgress(t *testing.T, env *testenv.Env, key client.ObjectKey, id str
 	if px.Status.EgressIP != want.String() || px.Status.Egress.Source != string(provider.EgressFromEcho) {
 		t.Fatalf("Proxy %s: status.egressIP %s (source %s), want its pool address %s seen by the echo", key.Name, px.Status.EgressIP, px.Status.Egress.Source, want)
 	}
-	if !echo.sawFrom(want.String(), since) {
-		t.Fatalf("status.egressIP %s, but the echo saw no request from it since %s: %v", want, since.Format(time.RFC3339), echo.fromAddresses())
+	if !echo.SawFrom(want.String(), since) {
+		t.Fatalf("status.egressIP %s, but the echo saw no request from it since %s: %v", want, since.Format(time.RFC3339), echo.FromAddresses())
 	}
 	return px
 }
@@ -363,43 +394,4 @@ func startReplacementWatch(t *testing.T, l *libvirtrpc.Libvirt, domainPrefix str
 func (w *replacementWatch) stop() replacementSeen {
 	close(w.stopCh)
 	return <-w.done
-}
-
-// removeLeftovers removes what a failed run left of the test's instances.
-func removeLeftovers(t *testing.T, l *libvirtrpc.Libvirt, pool libvirtrpc.StoragePool, prefix string) {
-	doms, _, err := l.ConnectListAllDomains(1, libvirtrpc.ConnectListDomainsActive|libvirtrpc.ConnectListDomainsInactive)
-	if err != nil {
-		t.Errorf("listing the domains: %v", err)
-	}
-	for _, d := range doms {
-		if strings.HasPrefix(d.Name, prefix) && libvirthost.RemoveDomain(t, l, d.Name) {
-			t.Logf("removed domain %s the test left", d.Name)
-		}
-	}
-	if vols := libvirthost.RemoveVolumes(t, l, pool, func(v string) bool { return strings.HasPrefix(v, prefix) }); len(vols) > 0 {
-		t.Logf("removed volumes the test left: %v", vols)
-	}
-}
-
-// sawFrom says whether the echo saw a request from addr since since.
-func (e *echoServer) sawFrom(addr string, since time.Time) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, r := range e.reqs {
-		if r.from == addr && !r.at.Before(since) {
-			return true
-		}
-	}
-	return false
-}
-
-// fromAddresses counts the echo's requests by the address they came from.
-func (e *echoServer) fromAddresses() map[string]int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := map[string]int{}
-	for _, r := range e.reqs {
-		out[r.from]++
-	}
-	return out
 }
