@@ -234,6 +234,10 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 	rec.store(&px.Status)
 	r.deleteSuperseded(ctx, entry, px)
 
+	if ea := px.Spec.EgressAddress; ea != nil && ea.Address != "" && entry.AddressPool() == nil {
+		return r.failed(ctx, entry, px, req, provider.Errorf(provider.ErrPermanent,
+			"spec.egressAddress.address: %s picks an address from the entry's addressPool, and providers config entry %s has none", ea.Address, entry.Name))
+	}
 	if entry.AddressPool() != nil {
 		if px.Status.ProviderID == "" {
 			// A new instance on the pool address: the one that holds it

@@ -269,3 +269,20 @@ func TestPoolAllocatorConcurrentClaimsGetDistinctAddresses(t *testing.T) {
 	}
 	t.Logf("%d claims reconciled 3 times each, %d at once: %d distinct addresses", n, n, len(seen))
 }
+
+// An address asked for on an entry without a pool is refused, naming the
+// field, before any instance: it would otherwise be read as an address for
+// the backend to reserve.
+func TestPoolAddressWithoutPoolIsRefused(t *testing.T) {
+	providers := &staticProviders{}
+	entry, fp := fakeEntry("nopool")
+	providers.set(entry)
+	d := newDirect(t, providers)
+	px := newProxy("web", "nopool")
+	px.Spec.EgressAddress = &egressv1.EgressAddressSpec{Address: "192.0.2.10"}
+	d.create(px)
+	got := d.reconcileUntil("web", 3, "refused", hasReason("False/"+egressv1.ReasonPermanentFailure))
+	if msg := readyMessage(got); !strings.Contains(msg, "spec.egressAddress.address: 192.0.2.10 picks an address from the entry's addressPool, and providers config entry nopool has none") || fp.Calls("create") != 0 {
+		t.Fatalf("Ready %q, creates %d", msg, fp.Calls("create"))
+	}
+}
