@@ -3,6 +3,7 @@ package provider
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 )
 
@@ -52,4 +53,13 @@ func sanitizeLabel(s string) string {
 		}
 	}
 	return strings.Trim(b.String(), "-")
+}
+
+// InstanceMAC is the MAC a VM provider gives an instance's NIC: derived
+// from the instance name, so a resumed create writes the same one and a
+// static address's network-config can name it before the VM exists, in
+// QEMU's locally administered range 52:54:00, lower case.
+func InstanceMAC(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", sum[0], sum[1], sum[2])
 }

@@ -39,3 +39,11 @@ func (a StaticAddress) String() string {
 	}
 	return b.String()
 }
+
+// DescribeStaticAddress is a, or "dhcp" without one, for a log line.
+func DescribeStaticAddress(a *StaticAddress) string {
+	if a == nil {
+		return "dhcp"
+	}
+	return a.String()
+}

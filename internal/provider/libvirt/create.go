@@ -64,7 +64,7 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	ctx = logr.NewContext(ctx, log)
 	log.V(2).Info("libvirt create resolved", "machineType", pl.machineKey, "vcpus", pl.machine.VCPUs,
 		"memoryMiB", pl.machine.MemoryMiB, "image", pl.image.display(), "cloudInitBytes", len(pl.userData),
-		"staticAddress", staticAddressText(req.StaticAddress))
+		"staticAddress", provider.DescribeStaticAddress(req.StaticAddress))
 
 	unlock, err := p.names.Lock(ctx, req.Name)
 	if err != nil {
@@ -527,14 +527,6 @@ func (p *Provider) networkConfig(h Host, req provider.CreateRequest) (provider.S
 		return "", err
 	}
 	return provider.Sensitive(b), nil
-}
-
-// staticAddressText is a static address for a log line: "dhcp" without one.
-func staticAddressText(a *provider.StaticAddress) string {
-	if a == nil {
-		return "dhcp"
-	}
-	return a.String()
 }
 
 // placeHost is the host placement.zone names.

@@ -1,7 +1,6 @@
 package libvirt
 
 import (
-	"crypto/sha256"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -27,8 +26,6 @@ const (
 	formatISO = "iso"
 	// guestAgentChannel is the virtio-serial port qemu-guest-agent opens.
 	guestAgentChannel = "org.qemu.guest_agent.0"
-	// qemuMACPrefix is QEMU's locally administered range.
-	qemuMACPrefix = "52:54:00"
 )
 
 // domainSpec is everything buildDomainXML renders for one instance.
@@ -320,10 +317,7 @@ func checkMetadataElement(s string) error {
 // domainMAC is the NIC's MAC for an instance name: stable (so a
 // re-defined domain keeps its DHCP lease and ARP entry), locally
 // administered in QEMU's 52:54:00 range, derived from a hash of the name.
-func domainMAC(name string) string {
-	sum := sha256.Sum256([]byte(name))
-	return fmt.Sprintf("%s:%02x:%02x:%02x", qemuMACPrefix, sum[0], sum[1], sum[2])
-}
+func domainMAC(name string) string { return provider.InstanceMAC(name) }
 
 // volumeSpec is one volume to create.
 type volumeSpec struct {

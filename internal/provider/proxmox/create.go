@@ -2,8 +2,6 @@ package proxmox
 
 import (
 	"context"
-	"crypto/sha256"
-	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -85,22 +83,11 @@ func (p *Provider) plan(req provider.CreateRequest) (plan, error) {
 	return pl, nil
 }
 
-// staticAddressText is a static address for a log line: "dhcp" without one.
-func staticAddressText(a *provider.StaticAddress) string {
-	if a == nil {
-		return "dhcp"
-	}
-	return a.String()
-}
-
 // vmMAC is the MAC net0 gets with a static address on the configured
 // bridge: derived from the instance name, so a resumed step writes the
 // same one, in QEMU's locally administered range (PVE's own random MACs
 // are in its OUI, BC:24:11), upper case as PVE prints it.
-func vmMAC(name string) string {
-	sum := sha256.Sum256([]byte(name))
-	return fmt.Sprintf("52:54:00:%02X:%02X:%02X", sum[0], sum[1], sum[2])
-}
+func vmMAC(name string) string { return strings.ToUpper(provider.InstanceMAC(name)) }
 
 // net0 is the NIC on the configured bridge (and VLAN), with mac when
 // given (PVE generates one when the value has none, at every update).
@@ -170,7 +157,7 @@ func (p *Provider) create(ctx context.Context, req provider.CreateRequest) (prov
 	}
 	logger(ctx).V(2).Info("proxmox create planned", "node", pl.node, "template", pl.template,
 		"cores", pl.machine.Cores, "memoryMB", pl.machine.MemoryMB, "userDataBytes", len(pl.userData.Reveal()), "generatedUserData", req.CloudInit == "",
-		"staticAddress", staticAddressText(req.StaticAddress))
+		"staticAddress", provider.DescribeStaticAddress(req.StaticAddress))
 	unlock, err := p.names.Lock(ctx, req.Name)
 	if err != nil {
 		return provider.Instance{}, provider.Errorf(provider.ErrTransient, "waiting for another call on %s: %w", req.Name, err)
