@@ -291,7 +291,10 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		r.running(px, inst)
 		// The instance the new one replaced goes now, in the same pass.
 		r.deleteSuperseded(ctx, entry, px)
-		if len(px.Status.SupersededProviderIDs) > 0 {
+		if len(px.Status.SupersededProviderIDs) > 0 || inst.Egress.Awaited() {
+			// Superseded instances to retire, or the first answer of an
+			// echo the operator asks itself (seconds away): soon, not at
+			// the running resync.
 			return ctrl.Result{RequeueAfter: entry.PollInterval}
 		}
 		return ctrl.Result{RequeueAfter: jitter(r.RunningResync)}

@@ -112,8 +112,19 @@ func TestEgressIP_ShownFromTheServingInstance(t *testing.T) {
 			t.Fatalf("no instance %s", px.Status.InstanceName)
 		}
 	}
+	// Asked and not answered yet: read again at the entry's poll, not at
+	// the running resync, so the address shows seconds after Ready.
+	set(provider.Egress{Source: provider.EgressFromEcho})
+	if res := d.reconcile("web"); res.RequeueAfter != entry.PollInterval {
+		t.Errorf("with the echo's first answer awaited: requeue after %s, want the poll interval %s", res.RequeueAfter, entry.PollInterval)
+	}
+	if px = d.get("web"); px.Status.EgressIP != "" || meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionEgressIPObserved) != nil {
+		t.Fatalf("with the echo's answer awaited: egressIP %q, conditions %+v", px.Status.EgressIP, px.Status.Conditions)
+	}
 	set(provider.Egress{IP: "203.0.113.7", Source: provider.EgressFromEcho, Confirmed: confirmed})
-	d.reconcile("web")
+	if res := d.reconcile("web"); res.RequeueAfter < d.r.RunningResync/2 {
+		t.Errorf("with the address confirmed: requeue after %s, want about the running resync %s", res.RequeueAfter, d.r.RunningResync)
+	}
 	px = d.get("web")
 	c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionEgressIPObserved)
 	if px.Status.EgressIP != "203.0.113.7" || px.Status.Egress == nil || !px.Status.Egress.LastConfirmed.Time.Equal(confirmed) ||

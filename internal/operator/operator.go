@@ -210,8 +210,8 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	}
 	types := o.types()
 	cfg = rateLimited(cfg, o)
+	ns := operatorNamespace(o.PodNamespace, serviceAccountNamespaceFile)
 	if o.InstallationID == "" {
-		ns := operatorNamespace(o.PodNamespace, serviceAccountNamespaceFile)
 		if ns == "" {
 			log.Info("the operator's namespace is unknown (no POD_NAMESPACE, not in a Pod): the default installation ID is derived without it")
 		}
@@ -240,7 +240,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 		}
 	})
 
-	op.Registry = registry.New(types, provider.Options{InstallationID: o.InstallationID}, telemetry.Decorate(tp))
+	op.Registry = registry.New(types, provider.Options{InstallationID: o.InstallationID, OperatorNamespace: ns}, telemetry.Decorate(tp))
 	// No caller's provider call outlives the longest of these timeouts, so
 	// a replaced provider is closed once they have passed at the latest.
 	op.Registry.DrainTimeout = max(orDur(o.ProviderCallTimeout, controller.DefaultCallTimeout), orDur(o.HealthTimeout, health.DefaultTimeout))

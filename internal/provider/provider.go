@@ -163,6 +163,12 @@ type Egress struct {
 	Error string
 }
 
+// Awaited says the source was asked and has not answered yet (Source set,
+// neither IP nor Error): the first ask of an echo the operator makes
+// itself. The reconciler reads the instance again soon rather than at its
+// running resync, so the address shows seconds after Ready.
+func (e Egress) Awaited() bool { return e.Source != "" && e.IP == "" && e.Error == "" }
+
 // EgressSource says how an instance's egress address is known.
 type EgressSource string
 
@@ -254,4 +260,9 @@ type Options struct {
 	// InstallationID is written as MarkInstallation on every instance and
 	// filters ListByTag and adoption.
 	InstallationID string
+	// OperatorNamespace is the namespace the operator's Pods run in; ""
+	// when it runs outside a cluster. The kubernetes provider's
+	// NetworkPolicy admits the operator's Pods from there to ask the
+	// egress-IP echo through a proxy Pod.
+	OperatorNamespace string
 }

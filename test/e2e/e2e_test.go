@@ -96,6 +96,7 @@ func TestE2E(t *testing.T) {
 	t.Run("Tracing", cl.testTracing)
 	t.Run("FetchThroughSquid", cl.testFetchThroughSquid)
 	t.Run("PartnerAPISample", cl.testPartnerAPISample)
+	t.Run("EgressIPThroughTheEcho", cl.testEgressIPEcho)
 	t.Run("SquidPodRestricted", cl.testSquidPodRestricted)
 	t.Run("DeleteRemovesObjects", cl.testDeleteRemovesObjects)
 	t.Run("FinalizerBypassGarbageCollected", cl.testFinalizerBypass)

@@ -15,9 +15,11 @@ import (
 // services do. An instance asks it through its own proxy, so the answer is
 // the address destinations see (docs/api.md, status.egressIP).
 //
-// Only the instance itself may ask it past the policy (the generated Squid
-// admits 127.0.0.1 to exactly this URL, with GET): the echo usually sits at
-// an address the policy refuses to clients, and must not open it to them.
+// Only the instance itself, or the operator with the instance's token, may
+// ask it past the policy (the generated Squid admits 127.0.0.1, or a
+// request carrying the token a Pod's Secret holds, to exactly this URL,
+// with GET): the echo usually sits at an address the policy refuses to
+// clients, and must not open it to them.
 type Echo struct {
 	// URL is the URL as written in the providers config.
 	URL string

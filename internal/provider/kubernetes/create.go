@@ -14,6 +14,7 @@ import (
 	clientset "k8s.io/client-go/kubernetes"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
 
 // Create makes the instance's ConfigMap, users' Secret (with clientAuth),
@@ -39,6 +40,13 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.Cre
 	s, err := p.resolve(req)
 	if err != nil {
 		return provider.Instance{}, "", err
+	}
+	if p.usesEcho() {
+		// Used only if the Secret is made now: an adopted one keeps the
+		// token its Pod's Squid read.
+		if s.echoToken, err = squid.NewEchoProberToken(); err != nil {
+			return provider.Instance{}, "", provider.Errorf(provider.ErrTransient, "making the echo's token: %w", err)
+		}
 	}
 	log.V(2).Info("instance spec", "namespace", s.namespace, "image", p.cfg.Image, "port", req.Port,
 		"allowedSourceRanges", req.AllowedSourceRanges, "zone", req.Placement.Zone,

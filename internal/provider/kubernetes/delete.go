@@ -30,6 +30,7 @@ func (p *Provider) delete(ctx context.Context, id string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.forgetEgress(id)
 	// The Pod first: it stops serving, and a failure later leaves only
 	// objects a retry, the owner reference or the garbage collector
 	// (ListSecondary) removes. Then every secondary kind.

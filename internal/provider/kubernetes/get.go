@@ -10,7 +10,8 @@ import (
 
 // Get reads the instance's Pod: Provisioning until it is Running, Ready and
 // has an IP, Terminated once it ended or is being deleted (never Running
-// then). A Pod that is gone, or that lost our mark, is NotFound.
+// then). A running Pod's Egress is what the entry's echo last answered
+// through it (echo.go). A Pod that is gone, or that lost our mark, is NotFound.
 func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error) {
 	return p.get(ctx, id)
 }
@@ -31,5 +32,11 @@ func (p *Provider) get(ctx context.Context, id string) (provider.Instance, error
 	if !p.ours(pod.Labels) {
 		return provider.Instance{}, provider.Errorf(provider.ErrNotFound, "pod %s is not this installation's", id)
 	}
-	return instanceOf(pod), nil
+	inst := instanceOf(pod)
+	// Once Squid serves: an ask before would only be refused, and the
+	// next one is a minute away.
+	if inst.Serving == provider.ServingAnswering && p.usesEcho() {
+		inst.Egress = p.observeEgress(pod)
+	}
+	return inst, nil
 }

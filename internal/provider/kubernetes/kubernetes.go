@@ -59,7 +59,8 @@ const (
 )
 
 // Provider runs instances as Pods. It implements provider.Provider,
-// provider.Checker and provider.SecondaryLister.
+// provider.Checker, provider.SecondaryLister and io.Closer (the echo's
+// observations).
 type Provider struct {
 	name string
 	opts provider.Options
@@ -76,6 +77,10 @@ type Provider struct {
 	// tracerProvider is a test seam for the child spans; nil means the
 	// global provider, which telemetry.Setup installs.
 	tracerProvider trace.TracerProvider
+
+	// echoes observe the running Pods' egress address when the entry
+	// names an egressIPEcho (echo.go).
+	echoes echoes
 
 	mu     sync.Mutex
 	client clientset.Interface

@@ -18,7 +18,9 @@ import (
 // allowed_clients says (with a CNI that enforces NetworkPolicy). No ranges
 // means no ingress rule at all: the Pod takes no connections, matching
 // Squid's loopback-only default. Kubernetes always lets the node reach its
-// Pods, so the kubelet's probes still pass.
+// Pods, so the kubelet's probes still pass. With an echo, the operator's
+// Pods (in Options.OperatorNamespace) are admitted too: they ask the echo
+// through the Pod, which Squid admits by the token only (echo.go).
 func (p *Provider) buildNetworkPolicy(s spec) *networkingv1.NetworkPolicy {
 	np := &networkingv1.NetworkPolicy{
 		ObjectMeta: p.meta(s),
@@ -31,19 +33,28 @@ func (p *Provider) buildNetworkPolicy(s spec) *networkingv1.NetworkPolicy {
 			Ingress:     []networkingv1.NetworkPolicyIngressRule{},
 		},
 	}
-	if len(s.ranges) == 0 {
-		return np
+	proxyPort := []networkingv1.NetworkPolicyPort{{
+		Protocol: ptr.To(corev1.ProtocolTCP),
+		Port:     ptr.To(intstr.FromInt32(s.req.Port)),
+	}}
+	if len(s.ranges) > 0 {
+		rule := networkingv1.NetworkPolicyIngressRule{Ports: proxyPort}
+		for _, r := range s.ranges {
+			rule.From = append(rule.From, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: r.String()}})
+		}
+		np.Spec.Ingress = append(np.Spec.Ingress, rule)
 	}
-	rule := networkingv1.NetworkPolicyIngressRule{
-		Ports: []networkingv1.NetworkPolicyPort{{
-			Protocol: ptr.To(corev1.ProtocolTCP),
-			Port:     ptr.To(intstr.FromInt32(s.req.Port)),
-		}},
+	if s.echoToken != "" && p.opts.OperatorNamespace != "" {
+		np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{
+			Ports: proxyPort,
+			From: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+					corev1.LabelMetadataName: p.opts.OperatorNamespace,
+				}},
+				PodSelector: &metav1.LabelSelector{MatchLabels: operatorPodLabels},
+			}},
+		})
 	}
-	for _, r := range s.ranges {
-		rule.From = append(rule.From, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: r.String()}})
-	}
-	np.Spec.Ingress = append(np.Spec.Ingress, rule)
 	return np
 }
 

@@ -54,7 +54,14 @@ type spec struct {
 	// rules, what the Pod's squid.conf renders.
 	policy *egress.Policy
 	size   MachineType
+	// echoToken admits the operator's ask of the entry's echo through the
+	// Pod (echo.go); empty when the entry names no echo.
+	echoToken string
 }
+
+// hasSecret says whether the instance has a Secret: for its clientAuth
+// users, or the echo's token.
+func (s spec) hasSecret() bool { return s.req.ClientAuth.Len() > 0 || s.echoToken != "" }
 
 // resolve validates req against the entry, naming every problem no retry
 // can fix (Permanent).
@@ -198,7 +205,7 @@ func ownerRef(s spec) (metav1.OwnerReference, bool) {
 func (p *Provider) buildConfigMap(s spec) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		ObjectMeta: p.meta(s),
-		Data:       map[string]string{confFile: podSquidConf(s.req.Port, s.ranges, s.policy, s.req.ClientAuth.Len() > 0)},
+		Data:       map[string]string{confFile: podSquidConf(s.req.Port, s.ranges, s.policy, s.req.ClientAuth.Len() > 0, s.echoToken != "")},
 	}
 }
 
@@ -221,10 +228,11 @@ func (p *Provider) buildPod(s spec) *corev1.Pod {
 	}}
 	mounts := []corev1.VolumeMount{{Name: configVolume, MountPath: confDir, ReadOnly: true}}
 	var fsGroup *int64
-	if s.req.ClientAuth.Len() > 0 {
-		// Readable by Squid's group only (fsGroup): the hashes are not for
-		// other readers in the Pod, and not optional: without them the Pod
-		// waits rather than admit clients by range alone.
+	if s.hasSecret() {
+		// Readable by Squid's group only (fsGroup): the hashes and the
+		// echo's token are not for other readers in the Pod, and not
+		// optional: without them the Pod waits rather than admit clients
+		// by range alone.
 		volumes = append(volumes, corev1.Volume{
 			Name: usersVolume,
 			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{

@@ -12,7 +12,7 @@ func Profile() profile.Profile {
 	return profile.Profile{
 		Readiness:          profile.Is(profile.ReadinessImmediate).Note("a Pod is scheduled and ready within seconds"),
 		ServingSignal:      profile.Is(profile.ServingReadinessProbe).Note("the Squid container's readiness probe (a TCP connect to its port), the Pod's `Ready` condition; a running Pod that fails it is Running and not answering"),
-		EgressIP:           profile.Is(profile.EgressIPNone).Note("not observed yet: a Pod egresses through its node or the CNI's egress gateway"),
+		EgressIP:           profile.Is(profile.EgressIPEcho).Note("the entry's `egressIPEcho`, asked once a minute by the operator through the Pod's own Squid (so from the node, or the CNI's egress gateway, the Pod egresses through), which admits that one request by a token in the instance's Secret; none without it"),
 		CreateReturn:       profile.Is(profile.CreateReturnSubmit).Note("the ConfigMap, NetworkPolicy, Pod and Service are created; the Pod reads Provisioning until Ready"),
 		DeleteReturn:       profile.Is(profile.DeleteReturnReturnsEarly).Note("deletes are submitted; the reconciler polls Get until NotFound"),
 		IPSource:           profile.Is(profile.IPSourceAssignedAtCreate).Note("the Pod IP; the endpoint is the Service's name"),

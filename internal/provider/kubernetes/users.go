@@ -13,39 +13,48 @@ import (
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
 
 var _ provider.UsersUpdater = (*Provider)(nil)
 
 // A Proxy's clientAuth users reach its Pod as a Secret of the instance's
 // name (never a ConfigMap), mounted read-only at usersDir; squid.conf
-// points basic_ncsa_auth at usersDir/usersKey.
+// points basic_ncsa_auth at usersDir/usersKey. The same Secret holds the
+// echo's token (echoTokenKey, echo.go) when the entry names an echo.
 const (
 	usersVolume = "users"
 	usersDir    = "/etc/squid-users"
 	usersKey    = "htpasswd"
 )
 
-// buildSecret holds the Proxy's htpasswd file.
+// buildSecret holds the Proxy's htpasswd file and the echo's token.
 func (p *Provider) buildSecret(s spec) *corev1.Secret {
-	return usersSecret(p.meta(s), s.req.ClientAuth)
+	return instanceSecret(p.meta(s), s.req.ClientAuth, s.echoToken)
 }
 
-// usersSecret is the users' Secret with meta, for Create and for a Secret
-// made again beside its Pod.
-func usersSecret(meta metav1.ObjectMeta, users provider.Sensitive) *corev1.Secret {
-	return &corev1.Secret{
-		ObjectMeta: meta,
-		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{usersKey: []byte(users.Reveal())},
+// instanceSecret is the instance's Secret with meta, for Create and for a
+// Secret made again beside its Pod: the users' file when there are users,
+// the echo's token file when there is a token.
+func instanceSecret(meta metav1.ObjectMeta, users provider.Sensitive, echoToken string) *corev1.Secret {
+	data := map[string][]byte{}
+	if users.Len() > 0 {
+		data[usersKey] = []byte(users.Reveal())
 	}
+	if echoToken != "" {
+		// The token is 64 hex digits (squid.NewEchoProberToken), so the
+		// file cannot fail to render.
+		file, _ := squid.EchoProberTokenFile(echoToken)
+		data[echoTokenKey] = []byte(file)
+	}
+	return &corev1.Secret{ObjectMeta: meta, Type: corev1.SecretTypeOpaque, Data: data}
 }
 
 // ensureSecret makes the users' Secret, or takes the one already there
 // (adoption rule, UID mark) and gives it the request's users when it holds
 // others: a Create after a rotation must not leave the old ones in place.
 func (p *Provider) ensureSecret(ctx context.Context, c clientset.Interface, s spec) error {
-	if s.req.ClientAuth.Len() == 0 {
+	if !s.hasSecret() {
 		return nil
 	}
 	api := c.CoreV1().Secrets(s.namespace)
@@ -57,7 +66,7 @@ func (p *Provider) ensureSecret(ctx context.Context, c clientset.Interface, s sp
 	}, func() (*corev1.Secret, error) {
 		return api.Get(ctx, s.name, metav1.GetOptions{})
 	}, api.Patch)
-	if err != nil || created {
+	if err != nil || created || s.req.ClientAuth.Len() == 0 {
 		return err
 	}
 	// Adopted: read it as it is now (ensure may have filled its UID mark).
@@ -123,12 +132,21 @@ func (p *Provider) remakeSecret(ctx context.Context, c clientset.Interface, ns, 
 	// The provider's own labels and annotation only: the entry's
 	// podLabels and podAnnotations, and whatever else the Pod gathered,
 	// are the Pod's, not its Secret's.
-	sec := usersSecret(metav1.ObjectMeta{
+	// A new echo token too: the Pod's Squid read the old one at start, so
+	// its ask of the echo is refused until the Pod is replaced (the
+	// condition says so); the users, which matter, work at once.
+	var token string
+	if p.usesEcho() {
+		if token, err = squid.NewEchoProberToken(); err != nil {
+			return "", provider.Errorf(provider.ErrTransient, "making the echo's token: %w", err)
+		}
+	}
+	sec := instanceSecret(metav1.ObjectMeta{
 		Name: name, Namespace: ns,
 		Labels:          onlyKeys(pod.Labels, reservedPodLabels),
 		Annotations:     onlyKeys(pod.Annotations, reservedPodAnnotations),
 		OwnerReferences: pod.OwnerReferences,
-	}, users)
+	}, users, token)
 	if _, err := c.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
 		// AlreadyExists: a concurrent call made it; the next pass compares.
 		return "", classify(err, "creating secret "+id)

@@ -4,71 +4,18 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/echowatch/echowatchtest"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 )
 
-// testEcho is an egress-IP echo on 127.0.0.1 that answers the caller's
-// address, or what answer says instead.
-type testEcho struct {
-	srv   *httptest.Server
-	asked atomic.Int32
-	// answer, when set, writes the response instead of the caller's
-	// address.
-	answer atomic.Pointer[func(http.ResponseWriter, *http.Request)]
-	// badAgent records a request without the operator's User-Agent.
-	badAgent atomic.Bool
-}
-
-func newTestEcho(t *testing.T) *testEcho {
-	t.Helper()
-	e := &testEcho{}
-	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		e.asked.Add(1)
-		if r.Method != http.MethodGet || r.Header.Get("User-Agent") != "egress-proxies-operator" {
-			e.badAgent.Store(true)
-		}
-		if f := e.answer.Load(); f != nil {
-			(*f)(w, r)
-			return
-		}
-		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		_, _ = w.Write([]byte(host + "\n"))
-	}))
-	t.Cleanup(e.srv.Close)
-	return e
-}
-
-func (e *testEcho) setAnswer(f func(http.ResponseWriter, *http.Request)) { e.answer.Store(&f) }
-
-// testClock is the echo's clock seam: it moves only when told.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-// newEchoProvider is newTestProvider with egressIPEcho set to url, on
-// clock.
-func newEchoProvider(t *testing.T, url string, clock *testClock) *Provider {
+// newEchoProvider is newTestProvider with egressIPEcho set to url.
+func newEchoProvider(t *testing.T, url string) *Provider {
 	t.Helper()
 	cfg := Config{BindCIDR: nextRange(24)}
 	cfg.AllowedDestinations = []string{originIP + "/32"}
@@ -80,7 +27,6 @@ func newEchoProvider(t *testing.T, url string, clock *testClock) *Provider {
 	if p.echo == nil {
 		t.Fatalf("a provider with egressIPEcho %s has no echo", url)
 	}
-	p.echo.now = clock.now
 	t.Cleanup(func() { _ = p.Close() })
 	return p
 }
@@ -104,79 +50,54 @@ func awaitEgress(t *testing.T, p *Provider, id, what string, ok func(provider.Eg
 	}
 }
 
-// requested is how many asks the provider's reads requested.
-func requested(p *Provider) int {
-	p.echo.mu.Lock()
-	defer p.echo.mu.Unlock()
-	return p.echo.requested
-}
-
-// echoGoroutines counts the echo watchers' goroutines in the process.
+// echoGoroutines counts the echo watches' goroutines in the process.
 func echoGoroutines() int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "local.(*echoWatch).run(")
+			return strings.Count(string(buf[:n]), "echowatch.(*Watch).run(")
 		}
 		buf = make([]byte, 2*len(buf))
 	}
 }
 
+// The provider's one watch gives every Running instance the address the
+// echo answers this host, asked once per interval whatever the reads
+// (echowatch's tests cover the pace, the failures and their words).
 func TestEchoEgress(t *testing.T) {
-	echo := newTestEcho(t)
-	clock := &testClock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	echo := echowatchtest.New(t)
 	before := echoGoroutines()
-	p := newEchoProvider(t, echo.srv.URL+"/ip", clock)
+	p := newEchoProvider(t, echo.Srv.URL+"/ip")
 
 	// Create's view is ready at once; its egress may not be yet.
+	start := time.Now()
 	inst := mustCreate(t, p, request("echo", "127.0.0.0/8"))
 	if inst.State != provider.StateRunning {
 		t.Fatalf("Create returned %s", inst.State)
 	}
 	got := awaitEgress(t, p, inst.ID, "127.0.0.1 from the echo", func(e provider.Egress) bool { return e.IP != "" })
-	want := provider.Egress{IP: "127.0.0.1", Source: provider.EgressFromEcho, Confirmed: clock.now()}
-	if got != want {
-		t.Fatalf("Egress = %+v, want %+v", got, want)
+	if got.IP != "127.0.0.1" || got.Source != provider.EgressFromEcho || got.Error != "" ||
+		got.Confirmed.Before(start) || got.Confirmed.After(time.Now()) {
+		t.Fatalf("Egress = %+v, want 127.0.0.1 from the echo, confirmed since %s", got, start)
+	}
+
+	// A second instance shares the observation: no second watch, no
+	// second ask within the interval.
+	other := mustCreate(t, p, request("echo2", "127.0.0.0/8"))
+	for _, id := range []string{inst.ID, other.ID, inst.ID, other.ID} {
+		if i, err := p.Get(context.Background(), id); err != nil || i.Egress != got {
+			t.Fatalf("Get(%s): %+v, %v; want Egress %+v", id, i.Egress, err, got)
+		}
 	}
 	if n := echoGoroutines() - before; n != 1 {
 		t.Errorf("%d echo goroutines for one provider, want 1", n)
 	}
-
-	// Within the interval: Gets read the observation and ask nothing.
-	clock.advance(echoInterval - time.Second)
-	for range 5 {
-		if i, err := p.Get(context.Background(), inst.ID); err != nil || i.Egress != want {
-			t.Fatalf("Get within the interval: %+v, %v; want Egress %+v", i.Egress, err, want)
-		}
+	if n := echo.Asked.Load(); n != 1 {
+		t.Errorf("the echo was asked %d times within %s, want 1", n, servingreport.EchoInterval)
 	}
-	if n := requested(p); n != 1 {
-		t.Fatalf("%d asks requested by Gets within %s, want 1", n, echoInterval)
-	}
-
-	// Past the interval, the echo fails: the address stands, with why.
-	echo.setAnswer(func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "down", http.StatusServiceUnavailable)
-	})
-	clock.advance(2 * time.Second)
-	got = awaitEgress(t, p, inst.ID, "the echo's 503", func(e provider.Egress) bool { return e.Error != "" })
-	if got.IP != "127.0.0.1" || got.Source != provider.EgressFromEcho || !got.Confirmed.Equal(want.Confirmed) ||
-		got.Error != "the echo answered: 503 Service Unavailable" {
-		t.Errorf("after a 503: Egress = %+v, want 127.0.0.1 confirmed at %s with the 503 as Error", got, want.Confirmed)
-	}
-	if n := echo.asked.Load(); n != 2 || requested(p) != 2 {
-		t.Errorf("the echo was asked %d times (%d requested), want 2: one per interval", n, requested(p))
-	}
-	if echo.badAgent.Load() {
+	if echo.BadAgent.Load() {
 		t.Error("an ask was not a GET with User-Agent egress-proxies-operator")
-	}
-
-	// It answers again: the error goes, the confirmation moves.
-	echo.answer.Store(nil)
-	clock.advance(echoInterval)
-	got = awaitEgress(t, p, inst.ID, "a fresh confirmation", func(e provider.Egress) bool { return e.Error == "" })
-	if got.IP != "127.0.0.1" || !got.Confirmed.Equal(clock.now()) {
-		t.Errorf("after recovering: Egress = %+v, want 127.0.0.1 confirmed at %s", got, clock.now())
 	}
 
 	if err := p.Close(); err != nil {
@@ -187,21 +108,7 @@ func TestEchoEgress(t *testing.T) {
 	}
 }
 
-func TestEchoAnswerNotAnAddress(t *testing.T) {
-	echo := newTestEcho(t)
-	echo.setAnswer(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("  <html>\x01\x7fyour address is 127.0.0.1, thank you for asking us today</html>\n192.0.2.1\n"))
-	})
-	p := newEchoProvider(t, echo.srv.URL, &testClock{})
-	inst := mustCreate(t, p, request("garbage", "127.0.0.0/8"))
-	got := awaitEgress(t, p, inst.ID, "an error", func(e provider.Egress) bool { return e.Error != "" })
-	want := provider.Egress{Source: provider.EgressFromEcho,
-		Error: "the echo's answer is not an address: <html>your address is 127.0.0.1, thank you for a"}
-	if got != want {
-		t.Errorf("Egress = %+v, want %+v", got, want)
-	}
-}
-
+// The provider asks the echo directly, so a refusal is the echo's.
 func TestEchoRefused(t *testing.T) {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -209,7 +116,7 @@ func TestEchoRefused(t *testing.T) {
 	}
 	url := "http://" + ln.Addr().String() + "/"
 	_ = ln.Close() // nothing listens there now
-	p := newEchoProvider(t, url, &testClock{})
+	p := newEchoProvider(t, url)
 	inst := mustCreate(t, p, request("refused", "127.0.0.0/8"))
 	got := awaitEgress(t, p, inst.ID, "an error", func(e provider.Egress) bool { return e.Error != "" })
 	if got.Error != "the echo refused the connection" || got.IP != "" {
@@ -219,14 +126,14 @@ func TestEchoRefused(t *testing.T) {
 
 // Close ends an ask in flight and the goroutine with it.
 func TestEchoCloseMidAsk(t *testing.T) {
-	echo := newTestEcho(t)
+	echo := echowatchtest.New(t)
 	asking := make(chan struct{})
-	echo.setAnswer(func(_ http.ResponseWriter, r *http.Request) {
+	echo.SetAnswer(func(_ http.ResponseWriter, r *http.Request) {
 		close(asking)
 		<-r.Context().Done() // answers only when the caller goes
 	})
 	before := echoGoroutines()
-	p := newEchoProvider(t, echo.srv.URL, &testClock{})
+	p := newEchoProvider(t, echo.Srv.URL)
 	inst := mustCreate(t, p, request("midask", "127.0.0.0/8"))
 	select {
 	case <-asking:
@@ -250,9 +157,9 @@ func TestEchoCloseMidAsk(t *testing.T) {
 
 // A provider with an echo makes no request until an instance is read.
 func TestEchoLazy(t *testing.T) {
-	echo := newTestEcho(t)
+	echo := echowatchtest.New(t)
 	before := echoGoroutines()
-	p := newEchoProvider(t, echo.srv.URL, &testClock{})
+	p := newEchoProvider(t, echo.Srv.URL)
 	if _, err := p.ListByTag(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -260,13 +167,13 @@ func TestEchoLazy(t *testing.T) {
 		t.Errorf("%d echo goroutines before any instance was read", n)
 	}
 	_ = p.Close()
-	if n := echo.asked.Load(); n != 0 {
+	if n := echo.Asked.Load(); n != 0 {
 		t.Errorf("the echo was asked %d times by a provider with no instances", n)
 	}
 }
 
 func TestNoEcho(t *testing.T) {
-	echo := newTestEcho(t)
+	echo := echowatchtest.New(t)
 	p := newTestProvider(t, testInstallation, 24)
 	if p.echo != nil {
 		t.Fatal("a provider without egressIPEcho has an echo")
@@ -281,7 +188,7 @@ func TestNoEcho(t *testing.T) {
 	if inst.Egress != (provider.Egress{}) {
 		t.Errorf("Create returned Egress %+v, want none", inst.Egress)
 	}
-	if n := echo.asked.Load(); n != 0 {
+	if n := echo.Asked.Load(); n != 0 {
 		t.Errorf("the echo was asked %d times", n)
 	}
 }

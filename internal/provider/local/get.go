@@ -8,7 +8,7 @@ import (
 
 // Get reads the instance with this ID: Running with its IP while the
 // listener serves (with the egress address the entry's echo last answered:
-// echo.go), Stopped when the record has no listener. An unknown ID,
+// echowatch), Stopped when the record has no listener. An unknown ID,
 // or an instance that lost our mark, is NotFound.
 func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error) {
 	return p.get(ctx, id)

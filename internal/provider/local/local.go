@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/echowatch"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
@@ -52,8 +53,12 @@ type Provider struct {
 	// upstream's lookup and dial are test seams, nil in production.
 	upstream upstream
 	// echo observes the egress address when the entry names an
-	// egressIPEcho; nil when it names none.
-	echo *echoWatch
+	// egressIPEcho; nil when it names none. Every instance's proxy runs in
+	// the operator's process and dials from its host, so all of them
+	// egress from the address the echo answers this host: one watch,
+	// asked directly (through an instance's listener the policy, which
+	// refuses an internal echo to a proxy's clients, would refuse it).
+	echo *echowatch.Watch
 
 	// fault is a test seam consulted at the start of every operation: a
 	// non-nil error fails the call (see conformance_test.go). Nil in
@@ -114,7 +119,7 @@ func New(name string, cfg Config, opts provider.Options) (*Provider, error) {
 		bound:     map[netip.Addr]*instance{},
 	}
 	if e := p.policy.Echo(); !e.IsZero() {
-		p.echo = newEchoWatch(e)
+		p.echo = echowatch.New(e, nil)
 	}
 	return p, nil
 }
@@ -132,10 +137,10 @@ func (p *Provider) Close() error {
 		}
 	}
 	p.mu.Unlock()
-	// No echo goroutine starts once closed is set (observe runs under p.mu
-	// after the closed check).
+	// No echo goroutine starts once closed is set (Observe runs under p.mu
+	// after the closed check), nor after Stop.
 	if p.echo != nil {
-		p.echo.stop()
+		p.echo.Stop()
 	}
 	// No server is added once closed is set (start checks it under p.mu), so
 	// this Wait cannot race an Add.
@@ -181,12 +186,12 @@ func (p *Provider) ours(m provider.Marks) bool {
 }
 
 // view is in.view with the egress address of a Running instance, the
-// provider's echo observation (echo.go); the caller holds p.mu and has seen
+// provider's echo observation (echowatch); the caller holds p.mu and has seen
 // p.closed false.
 func (p *Provider) view(in *instance) provider.Instance {
 	v := in.view()
 	if p.echo != nil && v.State == provider.StateRunning {
-		v.Egress = p.echo.observe()
+		v.Egress = p.echo.Observe()
 	}
 	return v
 }

@@ -207,11 +207,14 @@ func TestRealSquid_EgressEcho(t *testing.T) {
 type loopbackEcho struct {
 	*httptest.Server
 	port int
+	// headers are the header fields of every request so far.
+	headers func() []http.Header
 }
 
 // echoServer is an egress-IP echo listening on ip: it answers the caller's
 // address as text; asked returns the path and query of every request so
-// far. With no IPv6 loopback on the machine an IPv6 one skips the test.
+// far (srv.headers their header fields). With no IPv6 loopback on the
+// machine an IPv6 one skips the test.
 func echoServer(t *testing.T, ip string) (srv loopbackEcho, asked func() []string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
@@ -223,9 +226,11 @@ func echoServer(t *testing.T, ip string) (srv loopbackEcho, asked func() []strin
 	}
 	var mu sync.Mutex
 	var paths []string
+	var headers []http.Header
 	srv.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		paths = append(paths, r.URL.RequestURI())
+		headers = append(headers, r.Header.Clone())
 		mu.Unlock()
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
 		_, _ = io.WriteString(w, host+"\n")
@@ -235,6 +240,11 @@ func echoServer(t *testing.T, ip string) (srv loopbackEcho, asked func() []strin
 	srv.Start()
 	t.Cleanup(srv.Close)
 	srv.port = ln.Addr().(*net.TCPAddr).Port
+	srv.headers = func() []http.Header {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(headers)
+	}
 	return srv, func() []string {
 		mu.Lock()
 		defer mu.Unlock()

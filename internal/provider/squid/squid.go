@@ -7,6 +7,9 @@
 package squid
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -54,6 +57,11 @@ type Params struct {
 	// Destinations (egress.Policy.Echo), the reporter's GET of exactly that
 	// URL from 127.0.0.1 is let through past the policy, and logged.
 	ServingProbe bool
+	// EchoProber, with an echo in Destinations, lets the operator ask the
+	// echo through this Squid from any address: a GET of exactly that URL
+	// carrying the instance's token is let through past the clients' rule,
+	// clientAuth and the policy, and logged. Nil, or no echo: nothing.
+	EchoProber *EchoProber
 	// EffectiveUser is written as cache_effective_user when set. Squid
 	// started as a non-root user stays that user, so a Pod leaves it empty;
 	// so does a VM, whose packaged Squid drops to the package's user.
@@ -65,6 +73,57 @@ type Auth struct {
 	// PasswordFile is the htpasswd file (bcrypt entries, checked by
 	// clientauth.Parse before it is written), readable by Squid's user.
 	PasswordFile string
+}
+
+// EchoProber is where Squid reads the token of the operator's ask of the
+// echo. The token is in a file (a mounted Secret), never in squid.conf,
+// which a Pod gets from a ConfigMap.
+type EchoProber struct {
+	// TokenFile holds EchoProberTokenFile's content, readable by Squid when
+	// it reads its config (at start and at every reconfigure): an
+	// absolute path with no white space, quote or '#', as squid.conf
+	// takes it between quotes.
+	TokenFile string
+}
+
+// EchoProberHeader carries the token on the operator's ask of the echo.
+// Squid removes it from every request it forwards, whoever sent it.
+const EchoProberHeader = "X-Egress-Probe"
+
+// echoProberTokenLen is a token's length: 32 random bytes in hex.
+const echoProberTokenLen = 64
+
+// NewEchoProberToken is a new instance's token: 32 random bytes, hex.
+func NewEchoProberToken() (string, error) {
+	b := make([]byte, echoProberTokenLen/2)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("echo prober token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// EchoProberTokenFile is the content of EchoProber.TokenFile for token:
+// the one regular expression Squid's req_header ACL matches the header's
+// whole value against. Only 64 lower-case hex characters are taken, so
+// the token is a literal in the expression (and never a pattern that a
+// shorter or another value would match). The error never holds the token.
+func EchoProberTokenFile(token string) (string, error) {
+	if len(token) != echoProberTokenLen || strings.IndexFunc(token, func(r rune) bool {
+		return !('0' <= r && r <= '9' || 'a' <= r && r <= 'f')
+	}) >= 0 {
+		return "", errors.New("echo prober token: want 64 lower-case hex characters")
+	}
+	return "^" + token + "$\n", nil
+}
+
+// validTokenFile says squid.conf can take path between quotes: Squid ends a
+// quoted file name at the first quote of either kind, and a file name
+// with white space or '#' is one no reader of the config should have to
+// puzzle over.
+func validTokenFile(path string) bool {
+	return strings.HasPrefix(path, "/") && !strings.ContainsFunc(path, func(r rune) bool {
+		return r <= ' ' || r == 0x7f || strings.ContainsRune(`"'#\`, r)
+	})
 }
 
 // BasicAuthHelper is Debian's helper that checks a user and password
@@ -165,8 +224,19 @@ func Config(sp Params) string {
 		w("acl serving_probe note rule %s", ruleServingProbe)
 	}
 	echo := dest.Echo()
-	if sp.ServingProbe && !echo.IsZero() {
+	prober := sp.EchoProber != nil && !echo.IsZero()
+	if (sp.ServingProbe || prober) && !echo.IsZero() {
 		writeEchoACLs(w, echo)
+	}
+	if prober {
+		if !validTokenFile(sp.EchoProber.TokenFile) {
+			panic(fmt.Sprintf("squid: EchoProber.TokenFile %q: want an absolute path without white space, quotes or '#'", sp.EchoProber.TokenFile))
+		}
+		// A quoted value is a file to read the values from: the token
+		// stays in the Secret.
+		w("# The operator's ask of the echo carries the instance's token (%s);", EchoProberHeader)
+		w("# Squid reads the expression that matches it from this file.")
+		w("acl egress_prober req_header %s \"%s\"", EchoProberHeader, sp.EchoProber.TokenFile)
 	}
 	w("")
 	if sp.ServingProbe {
@@ -180,6 +250,12 @@ func Config(sp Params) string {
 			// nothing on the line resolves a name.
 			w("http_access allow serving_probe_client %s", echoACLs)
 		}
+	}
+	if prober {
+		// The operator's ask of the echo, from its own address: before the
+		// clients' rule and clientAuth (it is neither), past the policy;
+		// nothing on the line resolves a name.
+		w("http_access allow egress_prober %s", echoACLs)
 	}
 	// Clients first: a client that may not use the proxy makes it resolve
 	// nothing.
@@ -254,6 +330,11 @@ func Config(sp Params) string {
 			w("request_header_access %s deny all", h)
 		}
 	}
+	if prober {
+		// The token never leaves: not to the echo, nor from a client that
+		// sends the header anywhere.
+		w("request_header_access %s deny all", EchoProberHeader)
+	}
 	w("# Shorter than a Pod's termination grace period and systemd's stop timeout.")
 	w("shutdown_lifetime 5 seconds")
 	return b.String()
@@ -267,19 +348,20 @@ const ruleServingProbe = "serving-probe"
 // entry's egress-IP echo: real egress, so it is logged.
 const ruleEgressEcho = "egress-echo"
 
-// echoACLs are the terms after serving_probe_client on the echo's allow
-// line, the cheap ones first, its annotation last.
+// echoACLs are the terms after serving_probe_client or egress_prober on
+// the echo's allow lines, the cheap ones first, its annotation last.
 var echoACLs = "egress_echo_method egress_echo_proto egress_echo_port egress_echo_path egress_echo_host " + decidedACL(ruleEgressEcho)
 
-// writeEchoACLs writes the ACLs of the one request the reporter sends the
-// echo (servingreport): GET http://<host:port><path>, nothing else on that
-// host, and never by a name lookup (-n: an address host must be written as
-// that address, a name is matched as written). Squid matches the path
-// %-decoded, so another spelling of the same path (/%69p for /ip) passes
-// too: still only to the echo's host and port, from 127.0.0.1.
+// writeEchoACLs writes the ACLs of the one request the reporter
+// (servingreport) or the operator (EchoProber) sends the echo: GET
+// http://<host:port><path>, nothing else on that host, and never by a name
+// lookup (-n: an address host must be written as that address, a name is
+// matched as written). Squid matches the path %-decoded, so another
+// spelling of the same path (/%69p for /ip) passes too: still only to the
+// echo's host and port, from 127.0.0.1 or with the token.
 func writeEchoACLs(w func(string, ...any), e egress.Echo) {
-	w("# The entry's egress-IP echo (egressIPEcho), asked by the serving reporter:")
-	w("# only a GET of exactly this URL, from 127.0.0.1.")
+	w("# The entry's egress-IP echo (egressIPEcho), asked by the serving reporter")
+	w("# (from 127.0.0.1) or the operator (with its token): only a GET of exactly this URL.")
 	w("acl egress_echo_method method GET")
 	w("acl egress_echo_proto proto HTTP")
 	w("acl egress_echo_port port %d", e.Port)

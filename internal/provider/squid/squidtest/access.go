@@ -2,11 +2,14 @@ package squidtest
 
 import (
 	"fmt"
+	"net/http"
 	"net/netip"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Request is one request as Squid's http_access checks see it.
@@ -30,6 +33,8 @@ type Request struct {
 	// Path is a plain request's path and query as Squid matches them
 	// (percent-decoded); empty is "/".
 	Path string
+	// Header is the request's header fields, as the client sent them.
+	Header http.Header
 }
 
 // method is the request's method as Squid's method ACL reads it.
@@ -53,9 +58,11 @@ func (r Request) path() string {
 
 // Access is a model of how Squid 5 evaluates the http_access rules of a
 // generated squid.conf, for the ACL types the generator writes (src, dst
-// with or without -n, port, proto, method, urlpath_regex, dstdomain and
-// dstdom_regex with -n, proxy_auth REQUIRED, annotate_transaction, and the
-// predefined all, CONNECT and manager). It is checked
+// with or without -n, port, proto, method, urlpath_regex, req_header,
+// dstdomain and dstdom_regex with -n, proxy_auth REQUIRED,
+// annotate_transaction, and the predefined all, CONNECT and manager). A
+// quoted value is a file that holds the values, one a line, as Squid
+// reads it. It is checked
 // against the real Squid on the differential test's corpus (test/policy),
 // and lets a fuzzer compare the generated rules with the Go policy on
 // inputs no corpus lists.
@@ -75,6 +82,8 @@ type acl struct {
 	protos   []string
 	domains  []string
 	regexps  []*regexp.Regexp
+	// header is the field a req_header ACL matches.
+	header string
 	// notes an annotate_transaction ACL sets when it is reached.
 	notes map[string]string
 }
@@ -137,6 +146,17 @@ func (a *Access) addACL(name, kind string, values []string) error {
 	} else if c.kind != kind {
 		return fmt.Errorf("acl %s is %s and %s", name, c.kind, kind)
 	}
+	if kind == "req_header" {
+		// The field's name comes first, then the expressions.
+		if c.header != "" && !strings.EqualFold(c.header, values[0]) {
+			return fmt.Errorf("acl %s: req_header %s and %s", name, c.header, values[0])
+		}
+		c.header, values = values[0], values[1:]
+	}
+	values, err := fromFiles(values)
+	if err != nil {
+		return fmt.Errorf("acl %s: %w", name, err)
+	}
 	for _, v := range values {
 		switch kind {
 		case "src", "dst":
@@ -174,7 +194,7 @@ func (a *Access) addACL(name, kind string, values []string) error {
 			c.protos = append(c.protos, v)
 		case "method":
 			c.methods = append(c.methods, v)
-		case "urlpath_regex":
+		case "urlpath_regex", "req_header":
 			if strings.HasPrefix(v, "-") {
 				return fmt.Errorf("acl %s: flag %s is not modelled", name, v)
 			}
@@ -294,6 +314,15 @@ func (a *Access) match(c *acl, r Request) bool {
 		return slices.Contains(c.methods, r.method())
 	case "urlpath_regex":
 		return !r.Connect && slices.ContainsFunc(c.regexps, func(re *regexp.Regexp) bool { return re.MatchString(r.path()) })
+	case "req_header":
+		// Squid matches every field of that name as one value, joined
+		// with ", "; a request without the field matches nothing.
+		vs := r.Header.Values(c.header)
+		if len(vs) == 0 {
+			return false
+		}
+		v := strings.Join(vs, ", ")
+		return slices.ContainsFunc(c.regexps, func(re *regexp.Regexp) bool { return re.MatchString(v) })
 	case "proxy_auth":
 		return r.Authenticated
 	case "dstdom_regex":
@@ -301,6 +330,41 @@ func (a *Access) match(c *acl, r Request) bool {
 		return slices.ContainsFunc(c.regexps, func(re *regexp.Regexp) bool { return re.MatchString(host) })
 	}
 	return false
+}
+
+// fromFiles replaces each quoted value ("path") with the values the file
+// holds, as Squid reads them: a line each, trimmed, blank lines and lines
+// starting with '#' skipped. A line with white space inside (which Squid
+// reads up to a trailing comment) is not modelled, and a file that cannot
+// be read is an error (Squid warns and keeps the ACL empty).
+func fromFiles(values []string) ([]string, error) {
+	var out []string
+	for _, v := range values {
+		path, quoted := strings.CutPrefix(v, `"`)
+		if !quoted {
+			out = append(out, v)
+			continue
+		}
+		path, ok := strings.CutSuffix(path, `"`)
+		if !ok {
+			return nil, fmt.Errorf("%s: a quoted value must end in a quote", v)
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			line = strings.TrimSpace(line)
+			switch {
+			case line == "" || strings.HasPrefix(line, "#"):
+			case strings.ContainsFunc(line, unicode.IsSpace):
+				return nil, fmt.Errorf("%s: a line with white space inside is not modelled", path)
+			default:
+				out = append(out, line)
+			}
+		}
+	}
+	return out, nil
 }
 
 // urlHost is the host as Squid keeps it from a request: lower case, with no
