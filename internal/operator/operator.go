@@ -287,6 +287,10 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	if err := rec.SetupWithManager(mgr, o.MaxConcurrentReconciles, providersChanged); err != nil {
 		return nil, fmt.Errorf("proxy controller: %w", err)
 	}
+	groups := &controller.ProxyGroupReconciler{Client: mgr.GetClient(), Recorder: recorder, Scope: rec.Scope}
+	if err := groups.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("proxy group controller: %w", err)
+	}
 	if why, err := ipamUsable(ctx, mgr, o.Namespaces); err != nil {
 		return nil, err
 	} else if why == "" {

@@ -1,0 +1,320 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/fake"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
+)
+
+// groupEvents records the group reconciler's event reasons and notes, in
+// order.
+type groupEvents struct {
+	mu    sync.Mutex
+	notes []string
+}
+
+func (r *groupEvents) Eventf(_, _ runtime.Object, _, reason, _, note string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notes = append(r.notes, reason+": "+fmt.Sprintf(note, args...))
+}
+
+func (r *groupEvents) with(reason string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, n := range r.notes {
+		if strings.HasPrefix(n, reason+": ") {
+			out = append(out, strings.TrimPrefix(n, reason+": "))
+		}
+	}
+	return out
+}
+
+// startGroupManager runs the Proxy and the ProxyGroup reconcilers on the
+// fake provider entry "pool", reading running Proxies again every 100 ms
+// so a member that stops serving is seen at once.
+func startGroupManager(t *testing.T) (string, *fake.Provider, *groupEvents) {
+	t.Helper()
+	entry, fp := fakeEntry("pool")
+	ns := newNamespace(t)
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme: testenv.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Cache:      cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &ProxyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Providers: &staticProviders{entries: map[string]*registry.Entry{"pool": entry}},
+		Recorder:  mgr.GetEventRecorder("egress-proxies-operator"), RunningResync: 100 * time.Millisecond}
+	if err := r.SetupWithManager(mgr, 4, nil); err != nil {
+		t.Fatal(err)
+	}
+	evs := &groupEvents{}
+	if err := (&ProxyGroupReconciler{Client: mgr.GetClient(), Recorder: evs}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	return ns, fp, evs
+}
+
+func groupCondition(g *egressv1.ProxyGroup, typ string) string {
+	if c := meta.FindStatusCondition(g.Status.Conditions, typ); c != nil {
+		return string(c.Status) + "/" + c.Reason
+	}
+	return "-"
+}
+
+// waitGroup polls the group until cond holds.
+func waitGroup(t *testing.T, ns, name, what string, cond func(*egressv1.ProxyGroup) error) *egressv1.ProxyGroup {
+	t.Helper()
+	g := &egressv1.ProxyGroup{}
+	testenv.EventuallyNil(t, "group "+name+": "+what, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, g); err != nil {
+			return err
+		}
+		if err := cond(g); err != nil {
+			return fmt.Errorf("%w; status %+v", err, g.Status)
+		}
+		return nil
+	})
+	return g
+}
+
+func allReady(n int32) func(*egressv1.ProxyGroup) error {
+	return func(g *egressv1.ProxyGroup) error {
+		if g.Status.ReadyMembers != n || g.Status.ObservedGeneration != g.Generation ||
+			groupCondition(g, egressv1.ConditionDegraded) != "False/MembersReady" ||
+			groupCondition(g, egressv1.ConditionReconciling) != "-" {
+			return fmt.Errorf("not %d members ready and settled", n)
+		}
+		return nil
+	}
+}
+
+// TestProxyGroup (issue 24): on the real API server with the fake
+// provider, a group of two spread members: both made from the template,
+// one per zone, owned by the group; the endpoint on member 0; when member
+// 0 stops serving the endpoint moves to member 1 (Available stays True,
+// Degraded True) and comes back to no one else when 0 serves again; a
+// template change rolls the members one at a time, the holder last, and
+// never has both out at once; scaled to one, member 1 goes.
+func TestProxyGroup(t *testing.T) {
+	ns, fp, evs := startGroupManager(t)
+	ctx := context.Background()
+	g := &egressv1.ProxyGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: egressv1.ProxyGroupSpec{Members: 2, Spread: &egressv1.GroupSpread{Zones: []string{"zone-a", "zone-b"}},
+			Template: egressv1.ProxyTemplate{
+				Metadata: egressv1.ProxyTemplateMeta{Labels: map[string]string{"team": "web"}},
+				Spec:     egressv1.ProxySpec{Provider: "pool", Port: 3128, AllowedSourceRanges: []string{"127.0.0.0/8"}},
+			}},
+	}
+	if err := env.Client.Create(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	g = waitGroup(t, ns, "web", "both members ready", allReady(2))
+	if g.Status.Holder != "web-0" || g.Status.Endpoint == "" || groupCondition(g, egressv1.ConditionAvailable) != "True/HolderReady" {
+		t.Fatalf("holder %q, endpoint %q, Available %s", g.Status.Holder, g.Status.Endpoint, groupCondition(g, egressv1.ConditionAvailable))
+	}
+	members := map[string]*egressv1.Proxy{}
+	for i, zone := range []string{"zone-a", "zone-b"} {
+		px := &egressv1.Proxy{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: memberName("web", i)}, px); err != nil {
+			t.Fatal(err)
+		}
+		if px.Spec.Placement.Zone != zone || px.Labels["team"] != "web" || !ownedBy(px, g) || g.Status.Members[i].Zone != zone {
+			t.Errorf("member %s: zone %q, labels %v, owners %+v", px.Name, px.Spec.Placement.Zone, px.Labels, px.OwnerReferences)
+		}
+		members[px.Name] = px
+	}
+	if g.Status.Endpoint != members["web-0"].Status.Endpoint {
+		t.Errorf("group endpoint %s, holder's %s", g.Status.Endpoint, members["web-0"].Status.Endpoint)
+	}
+
+	// The holder stops serving: the endpoint moves.
+	if !fp.Backend().SetServing(members["web-0"].Status.InstanceName, fake.Serving{Serving: provider.ServingNotAnswering, Detail: "squid stopped"}) {
+		t.Fatal("no instance for web-0")
+	}
+	g = waitGroup(t, ns, "web", "the endpoint on web-1", func(g *egressv1.ProxyGroup) error {
+		if g.Status.Holder != "web-1" || g.Status.Endpoint != members["web-1"].Status.Endpoint ||
+			groupCondition(g, egressv1.ConditionAvailable) != "True/HolderReady" || groupCondition(g, egressv1.ConditionDegraded) != "True/MembersNotReady" {
+			return fmt.Errorf("not moved")
+		}
+		return nil
+	})
+	if moved := evs.with("HolderMoved"); len(moved) != 1 || !strings.Contains(moved[0], "from member web-0 to web-1") {
+		t.Errorf("HolderMoved events %v", moved)
+	}
+	fp.Backend().SetServing(members["web-0"].Status.InstanceName, fake.Serving{Serving: provider.ServingAnswering})
+	g = waitGroup(t, ns, "web", "both ready again", allReady(2))
+	if g.Status.Holder != "web-1" {
+		t.Errorf("holder %s after web-0 came back, want web-1 kept", g.Status.Holder)
+	}
+
+	// A template change rolls one member at a time, the holder last.
+	// Watched meanwhile: how many members at once are not settled (on a
+	// spec they have not finished replacing their instance for).
+	stop := make(chan struct{})
+	var mostUnsettled int
+	var watched sync.WaitGroup
+	watched.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			list := &egressv1.ProxyList{}
+			if err := env.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{egressv1.LabelGroup: "web"}); err != nil {
+				continue
+			}
+			unsettled := 0
+			for i := range list.Items {
+				if !memberSettled(&list.Items[i]) {
+					unsettled++
+				}
+			}
+			mostUnsettled = max(mostUnsettled, unsettled)
+		}
+	})
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+		t.Fatal(err)
+	}
+	g.Spec.Template.Spec.Port = 3129
+	if err := env.Client.Update(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	g = waitGroup(t, ns, "web", "rolled to port 3129", func(g *egressv1.ProxyGroup) error {
+		if err := allReady(2)(g); err != nil {
+			return err
+		}
+		for _, m := range g.Status.Members {
+			if !m.Current || !strings.HasSuffix(m.Endpoint, ":3129") {
+				return fmt.Errorf("member %s not rolled", m.Name)
+			}
+		}
+		return nil
+	})
+	close(stop)
+	watched.Wait()
+	if rolled := evs.with("MemberRolled"); len(rolled) != 2 || !strings.Contains(rolled[0], "web-0") || !strings.Contains(rolled[1], "web-1") {
+		t.Errorf("rolls %v: want web-0 first, the holder web-1 last", rolled)
+	}
+	if mostUnsettled > 1 {
+		t.Errorf("%d members were rolling at once", mostUnsettled)
+	}
+	t.Logf("rolled %v; at most %d member unsettled at once", evs.with("MemberRolled"), mostUnsettled)
+
+	// Scaled down: the highest member goes.
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+		t.Fatal(err)
+	}
+	g.Spec.Members = 1
+	if err := env.Client.Update(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	testenv.EventuallyNil(t, "member web-1 removed", func() error {
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-1"}, &egressv1.Proxy{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+	g = waitGroup(t, ns, "web", "one member", allReady(1))
+	if g.Status.Holder != "web-0" || len(g.Status.Members) != 1 {
+		t.Errorf("after scaling to 1: holder %s, members %+v", g.Status.Holder, g.Status.Members)
+	}
+}
+
+// TestProxyGroupValidation: the API server refuses, naming the field, a
+// spread with fewer zones than members, a template that places its own
+// zone under a spread, and a template egressAddress.
+func TestProxyGroupValidation(t *testing.T) {
+	ns := newNamespace(t)
+	base := func() *egressv1.ProxyGroup {
+		return &egressv1.ProxyGroup{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "g-"},
+			Spec: egressv1.ProxyGroupSpec{Members: 3, Spread: &egressv1.GroupSpread{Zones: []string{"a", "b"}},
+				Template: egressv1.ProxyTemplate{Spec: egressv1.ProxySpec{Provider: "pool", Port: 3128}}},
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*egressv1.ProxyGroup)
+		want   string // "" accepted
+	}{
+		{"fewer zones than members", func(*egressv1.ProxyGroup) {}, "spec.spread.zones: Invalid value"},
+		{"fewer zones, sharing allowed", func(g *egressv1.ProxyGroup) { g.Spec.Spread.AllowSharing = true }, ""},
+		{"enough zones", func(g *egressv1.ProxyGroup) { g.Spec.Members = 2 }, ""},
+		{"a zone in the template under a spread", func(g *egressv1.ProxyGroup) {
+			g.Spec.Members = 2
+			g.Spec.Template.Spec.Placement.Zone = "c"
+		}, "spec.template.spec.placement.zone"},
+		{"an egressAddress in the template", func(g *egressv1.ProxyGroup) {
+			g.Spec.Members, g.Spec.Spread = 2, nil
+			g.Spec.Template.Spec.EgressAddress = &egressv1.EgressAddressSpec{}
+		}, "spec.template.spec.egressAddress"},
+		{"too many members", func(g *egressv1.ProxyGroup) { g.Spec.Members, g.Spec.Spread = 9, nil }, "spec.members"},
+		{"config/samples/proxygroup_local.yaml", func(g *egressv1.ProxyGroup) {
+			root, err := testenv.RepoRoot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(filepath.Join(root, "config", "samples", "proxygroup_local.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			*g = egressv1.ProxyGroup{}
+			if err := yaml.UnmarshalStrict(b, g); err != nil {
+				t.Fatalf("the sample: %v", err)
+			}
+			g.Namespace = ns
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := base()
+			tc.change(g)
+			err := env.Client.Create(context.Background(), g)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("got %v, want a refusal naming %s", err, tc.want)
+			}
+		})
+	}
+}

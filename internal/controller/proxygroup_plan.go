@@ -1,0 +1,275 @@
+package controller
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+)
+
+// What a group is made of and what its next step is, decided here from the
+// group and its members as read, without I/O (tables in
+// proxygroup_plan_test.go); proxygroup_controller.go only carries it out.
+
+// memberName is the name of member i of group g.
+func memberName(g string, i int) string { return g + "-" + strconv.Itoa(i) }
+
+// memberZone is where member i goes: spread.zones[i mod len], or "" when
+// the group is not spread.
+func memberZone(g *egressv1.ProxyGroup, i int) string {
+	if g.Spec.Spread == nil || len(g.Spec.Spread.Zones) == 0 {
+		return ""
+	}
+	return g.Spec.Spread.Zones[i%len(g.Spec.Spread.Zones)]
+}
+
+// memberSpec is member i's spec: the template's, placed in its zone.
+func memberSpec(g *egressv1.ProxyGroup, i int) egressv1.ProxySpec {
+	spec := *g.Spec.Template.Spec.DeepCopy()
+	if z := memberZone(g, i); z != "" {
+		spec.Placement.Zone = z
+	}
+	return spec
+}
+
+// specHash names a member spec: equal specs, equal hashes.
+func specHash(spec egressv1.ProxySpec) string {
+	b, _ := json.Marshal(spec) // a ProxySpec always marshals
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// desiredMember is member i as the group wants it: the template's labels
+// and annotations under the group's own, a controller reference to the
+// group (deleting the group deletes it), and the spec with its hash.
+func desiredMember(g *egressv1.ProxyGroup, i int) *egressv1.Proxy {
+	spec := memberSpec(g, i)
+	labels := maps.Clone(g.Spec.Template.Metadata.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[egressv1.LabelGroup] = g.Name
+	labels[egressv1.LabelGroupMember] = strconv.Itoa(i)
+	annotations := maps.Clone(g.Spec.Template.Metadata.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[egressv1.AnnotationTemplateHash] = specHash(spec)
+	return &egressv1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: memberName(g.Name, i), Namespace: g.Namespace,
+			Labels: labels, Annotations: annotations,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: egressv1.GroupVersion.String(), Kind: "ProxyGroup",
+				Name: g.Name, UID: g.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: spec,
+	}
+}
+
+// memberIndex is a member's index from its label; false when it has none.
+func memberIndex(px *egressv1.Proxy) (int, bool) {
+	i, err := strconv.Atoi(px.Labels[egressv1.LabelGroupMember])
+	return i, err == nil && i >= 0 && px.Name == memberName(px.Labels[egressv1.LabelGroup], i)
+}
+
+// ownedBy says px's controller is the group.
+func ownedBy(px *egressv1.Proxy, g *egressv1.ProxyGroup) bool {
+	ref := metav1.GetControllerOf(px)
+	return ref != nil && ref.UID == g.UID
+}
+
+// memberReady says the member's Ready is True for its current spec.
+func memberReady(px *egressv1.Proxy) bool {
+	c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady)
+	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == px.Generation
+}
+
+// memberSettled says the member is ready and has nothing under way (its
+// own make-before-break replacement keeps it ready while a new instance
+// boots: Reconciling says so). A roll moves on only past settled members.
+func memberSettled(px *egressv1.Proxy) bool {
+	return memberReady(px) && !meta.IsStatusConditionTrue(px.Status.Conditions, egressv1.ConditionReconciling)
+}
+
+// memberStalled is the member's Stalled condition when True: a failure
+// only a person can end.
+func memberStalled(px *egressv1.Proxy) *metav1.Condition {
+	c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionStalled)
+	if c != nil && c.Status == metav1.ConditionTrue {
+		return c
+	}
+	return nil
+}
+
+// groupPlan is the group's next step: members to make, to remove, at most
+// one to roll, and why it waits when it does.
+type groupPlan struct {
+	create []int
+	remove []*egressv1.Proxy
+	// roll is the member to give its new spec now, or nil.
+	roll *egressv1.Proxy
+	// rollIndex is roll's index.
+	rollIndex int
+	// stale counts members on an older spec (roll among them).
+	stale int
+	// stalled, when set, says why the group cannot go on by itself.
+	stalled *metav1.Condition
+}
+
+// planGroup decides the next step from the group's members (those it
+// controls, by index) and the holder it had. A template change reaches
+// one member at a time: first a member that is not ready anyway, then,
+// only while every member is settled, the lowest-indexed one that does not
+// hold the endpoint, the holder last; so never fewer than members-1 are
+// ready because of the roll. A member failed for good stops the roll.
+func planGroup(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, holder string) groupPlan {
+	var plan groupPlan
+	n := int(g.Spec.Members)
+	for i := range n {
+		if members[i] == nil {
+			plan.create = append(plan.create, i)
+		}
+	}
+	for _, i := range slices.Backward(slices.Sorted(maps.Keys(members))) {
+		if i >= n {
+			plan.remove = append(plan.remove, members[i])
+		}
+	}
+	allSettled := len(plan.create) == 0
+	var staleNotReady, staleReady []int
+	for i := range n {
+		px := members[i]
+		if px == nil {
+			continue
+		}
+		if c := memberStalled(px); c != nil && plan.stalled == nil {
+			plan.stalled = &metav1.Condition{Type: egressv1.ConditionStalled, Status: metav1.ConditionTrue,
+				Reason:  egressv1.GroupReasonMemberFailed,
+				Message: fmt.Sprintf("member %s cannot go on: %s (%s); the roll waits for a change of the template or of the member's cause", px.Name, c.Message, c.Reason)}
+		}
+		ready := memberReady(px)
+		allSettled = allSettled && memberSettled(px)
+		if px.Annotations[egressv1.AnnotationTemplateHash] == specHash(memberSpec(g, i)) {
+			continue
+		}
+		plan.stale++
+		if ready {
+			staleReady = append(staleReady, i)
+		} else {
+			staleNotReady = append(staleNotReady, i)
+		}
+	}
+	pick := -1
+	switch {
+	case len(staleNotReady) > 0:
+		pick = staleNotReady[0] // not serving anyway: nothing is lost
+	case len(staleReady) > 0 && allSettled && plan.stalled == nil:
+		pick = staleReady[0]
+		for _, i := range staleReady {
+			if members[i].Name != holder {
+				pick = i
+				break
+			}
+		}
+	}
+	if pick >= 0 {
+		plan.roll, plan.rollIndex = members[pick], pick
+	}
+	return plan
+}
+
+// pickHolder keeps the holder while it is a ready member, else takes the
+// lowest-indexed ready member; "" when none is ready.
+func pickHolder(members map[int]*egressv1.Proxy, n int, prev string) string {
+	for i := range n {
+		if px := members[i]; px != nil && px.Name == prev && memberReady(px) {
+			return prev
+		}
+	}
+	for i := range n {
+		if px := members[i]; px != nil && memberReady(px) {
+			return px.Name
+		}
+	}
+	return ""
+}
+
+// groupStatus is the status the group shows for its members and plan,
+// with the holder already picked. Its conditions: Available (a ready
+// member holds the endpoint), Degraded (fewer ready than asked), and
+// kstatus's Reconciling (members being made, removed or rolled) and
+// Stalled (the plan's).
+func groupStatus(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, plan groupPlan, holder string, prev []metav1.Condition) egressv1.ProxyGroupStatus {
+	n := int(g.Spec.Members)
+	st := egressv1.ProxyGroupStatus{ObservedGeneration: g.Generation, Holder: holder, Conditions: slices.Clone(prev)}
+	for i := range n {
+		px := members[i]
+		if px == nil {
+			continue
+		}
+		ready := metav1.ConditionFalse
+		if c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady); c != nil {
+			ready = c.Status
+		}
+		if memberReady(px) {
+			st.ReadyMembers++
+		}
+		st.Members = append(st.Members, egressv1.GroupMemberStatus{
+			Name: px.Name, Zone: memberZone(g, i), Ready: ready, Endpoint: px.Status.Endpoint,
+			Current: px.Annotations[egressv1.AnnotationTemplateHash] == specHash(memberSpec(g, i)),
+		})
+		if px.Name == holder {
+			st.Endpoint, st.EgressIP = px.Status.Endpoint, px.Status.EgressIP
+		}
+	}
+	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: g.Generation})
+	}
+	if holder != "" {
+		set(egressv1.ConditionAvailable, metav1.ConditionTrue, egressv1.GroupReasonHolderReady,
+			fmt.Sprintf("member %s is ready and holds the endpoint %s", holder, st.Endpoint))
+	} else {
+		set(egressv1.ConditionAvailable, metav1.ConditionFalse, egressv1.GroupReasonNoReadyMember,
+			fmt.Sprintf("none of the %d members is ready", n))
+	}
+	if int(st.ReadyMembers) < n {
+		set(egressv1.ConditionDegraded, metav1.ConditionTrue, egressv1.GroupReasonMembersNotReady,
+			fmt.Sprintf("%d of %d members ready", st.ReadyMembers, n))
+	} else {
+		set(egressv1.ConditionDegraded, metav1.ConditionFalse, egressv1.GroupReasonMembersReady,
+			fmt.Sprintf("all %d members ready", n))
+	}
+	switch {
+	case len(plan.create) > 0 || len(plan.remove) > 0:
+		set(egressv1.ConditionReconciling, metav1.ConditionTrue, egressv1.GroupReasonScaling,
+			fmt.Sprintf("%d members to make, %d to remove", len(plan.create), len(plan.remove)))
+	case plan.stale > 0:
+		set(egressv1.ConditionReconciling, metav1.ConditionTrue, egressv1.GroupReasonRolling,
+			fmt.Sprintf("%d of %d members on an older template, rolled one at a time", plan.stale, n))
+	case int(st.ReadyMembers) < n:
+		set(egressv1.ConditionReconciling, metav1.ConditionTrue, egressv1.GroupReasonMembersNotReady,
+			fmt.Sprintf("%d of %d members ready", st.ReadyMembers, n))
+	default:
+		meta.RemoveStatusCondition(&st.Conditions, egressv1.ConditionReconciling)
+	}
+	if plan.stalled != nil {
+		c := *plan.stalled
+		c.ObservedGeneration = g.Generation
+		meta.SetStatusCondition(&st.Conditions, c)
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, egressv1.ConditionStalled)
+	}
+	return st
+}
