@@ -97,6 +97,7 @@ func TestE2E(t *testing.T) {
 	t.Run("FetchThroughSquid", cl.testFetchThroughSquid)
 	t.Run("PartnerAPISample", cl.testPartnerAPISample)
 	t.Run("EgressIPThroughTheEcho", cl.testEgressIPEcho)
+	t.Run("ProxyGroupFailover", cl.testProxyGroup)
 	t.Run("SquidPodRestricted", cl.testSquidPodRestricted)
 	t.Run("DeleteRemovesObjects", cl.testDeleteRemovesObjects)
 	t.Run("FinalizerBypassGarbageCollected", cl.testFinalizerBypass)
@@ -421,7 +422,7 @@ func (cl *cluster) testDeleteRemovesObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl.waitGone(t, p)
-	t.Logf("deleted Proxy %s: its Pod, Service, ConfigMap and NetworkPolicy are gone", p.Name)
+	t.Logf("deleted Proxy %s: its Pod, Service, ConfigMap, NetworkPolicy and Secret are gone", p.Name)
 }
 
 // --- (e) ---------------------------------------------------------------
@@ -456,7 +457,7 @@ func (cl *cluster) testFinalizerBypass(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl.waitGone(t, p)
-	t.Logf("with no operator running, the garbage collector removed the bypassed Proxy's Pod, Service, ConfigMap and NetworkPolicy")
+	t.Logf("with no operator running, the garbage collector removed the bypassed Proxy's Pod, Service, ConfigMap, NetworkPolicy and Secret")
 }
 
 func ownedBy(o client.Object, uid types.UID) bool {
@@ -802,6 +803,9 @@ type instance struct {
 	services []corev1.Service
 	cms      []corev1.ConfigMap
 	netpols  []networkingv1.NetworkPolicy
+	// secrets: the echo's token (the pods entry names an egressIPEcho)
+	// and, with clientAuth, the users.
+	secrets []corev1.Secret
 }
 
 func (cl *cluster) instanceObjects(t *testing.T, p *egressv1.Proxy) instance {
@@ -812,12 +816,13 @@ func (cl *cluster) instanceObjects(t *testing.T, p *egressv1.Proxy) instance {
 	var svcs corev1.ServiceList
 	var cms corev1.ConfigMapList
 	var nps networkingv1.NetworkPolicyList
-	for _, l := range []client.ObjectList{&pods, &svcs, &cms, &nps} {
+	var secs corev1.SecretList
+	for _, l := range []client.ObjectList{&pods, &svcs, &cms, &nps, &secs} {
 		if err := cl.c.List(ctx, l, client.InNamespace(p.Namespace), sel); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return instance{pods.Items, svcs.Items, cms.Items, nps.Items}
+	return instance{pods.Items, svcs.Items, cms.Items, nps.Items, secs.Items}
 }
 
 func (in instance) all() []client.Object {
@@ -834,16 +839,19 @@ func (in instance) all() []client.Object {
 	for i := range in.netpols {
 		out = append(out, &in.netpols[i])
 	}
+	for i := range in.secrets {
+		out = append(out, &in.secrets[i])
+	}
 	return out
 }
 
 func (in instance) count() string {
-	return fmt.Sprintf("%d Pod, %d Service, %d ConfigMap, %d NetworkPolicy", len(in.pods), len(in.services), len(in.cms), len(in.netpols))
+	return fmt.Sprintf("%d Pod, %d Service, %d ConfigMap, %d NetworkPolicy, %d Secret", len(in.pods), len(in.services), len(in.cms), len(in.netpols), len(in.secrets))
 }
 
 func (in instance) requireAll(t *testing.T) {
 	t.Helper()
-	if len(in.pods) != 1 || len(in.services) != 1 || len(in.cms) != 1 || len(in.netpols) != 1 {
+	if len(in.pods) != 1 || len(in.services) != 1 || len(in.cms) != 1 || len(in.netpols) != 1 || len(in.secrets) != 1 {
 		t.Fatalf("instance objects: %s, want one of each", in.count())
 	}
 }

@@ -96,7 +96,8 @@ var secondaryKinds = []objectKind{
 			return c.CoreV1().ConfigMaps(ns)
 		},
 		func(l *corev1.ConfigMapList) ([]corev1.ConfigMap, string) { return l.Items, l.Continue }),
-	// Only a Proxy with clientAuth has one.
+	// Only a Proxy with clientAuth, or of an entry with an egressIPEcho
+	// (the echo token), has one.
 	kindOf[corev1.Secret]("secret",
 		func(c clientset.Interface, ns string) typedClient[corev1.Secret, corev1.SecretList] {
 			return c.CoreV1().Secrets(ns)
