@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -146,25 +145,11 @@ func (p *Provider) readEchoToken(ctx context.Context, ns, name string) (string, 
 	if err != nil {
 		return "", fmt.Errorf("reading secret %s for the echo's token failed", instanceID(ns, name))
 	}
-	token, ok := echoTokenOf(sec.Data[echoTokenKey])
+	token, ok := squid.EchoProberTokenOf(sec.Data[echoTokenKey])
 	if !ok {
 		return "", fmt.Errorf("secret %s holds no echo token (a Pod made before its entry named an egressIPEcho asks nothing until it is replaced)", instanceID(ns, name))
 	}
 	return token, nil
-}
-
-// echoTokenOf is the token in the file squid.EchoProberTokenFile wrote.
-func echoTokenOf(file []byte) (string, bool) {
-	s := strings.TrimSuffix(string(file), "\n")
-	s, ok1 := strings.CutPrefix(s, "^")
-	s, ok2 := strings.CutSuffix(s, "$")
-	if !ok1 || !ok2 {
-		return "", false
-	}
-	if _, err := squid.EchoProberTokenFile(s); err != nil {
-		return "", false
-	}
-	return s, true
 }
 
 // tokenCache keeps the token once read: it is the Pod's for its life.

@@ -55,7 +55,7 @@ func TestEchoBuild(t *testing.T) {
 	s.echoToken = token
 
 	sec := p.buildSecret(s)
-	if got, ok := echoTokenOf(sec.Data[echoTokenKey]); !ok || got != token {
+	if got, ok := squid.EchoProberTokenOf(sec.Data[echoTokenKey]); !ok || got != token {
 		t.Errorf("secret %s: the token file reads back as %q, %v", echoTokenKey, got, ok)
 	}
 	if _, ok := sec.Data[usersKey]; ok {
@@ -242,7 +242,7 @@ func TestEchoThroughThePod(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the instance's Secret: %v", err)
 	}
-	token, ok := echoTokenOf(sec.Data[echoTokenKey])
+	token, ok := squid.EchoProberTokenOf(sec.Data[echoTokenKey])
 	if !ok {
 		t.Fatalf("the Secret holds no token file under %s", echoTokenKey)
 	}

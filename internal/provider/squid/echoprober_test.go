@@ -75,6 +75,14 @@ func TestEchoProberToken(t *testing.T) {
 	if err != nil || content != "^"+a+"$\n" {
 		t.Errorf("EchoProberTokenFile = %q, %v; want ^<token>$ and a newline", content, err)
 	}
+	if got, ok := EchoProberTokenOf([]byte(content)); !ok || got != a {
+		t.Errorf("EchoProberTokenOf(the file) = %q, %v; want the token back", got, ok)
+	}
+	for _, file := range []string{"", a, "^" + a, a + "$\n", "^" + a[:63] + "$\n", "^.*$\n"} {
+		if got, ok := EchoProberTokenOf([]byte(file)); ok {
+			t.Errorf("EchoProberTokenOf(%q) = %q: want refused", file, got)
+		}
+	}
 	for _, bad := range []string{"", a[:63], a + "0", strings.ToUpper(a), a[:63] + "g", a[:62] + ".*", a[:63] + "\n",
 		a[:31] + " " + a[32:], strings.Repeat("ä", 32)} {
 		content, err := EchoProberTokenFile(bad)

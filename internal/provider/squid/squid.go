@@ -116,6 +116,21 @@ func EchoProberTokenFile(token string) (string, error) {
 	return "^" + token + "$\n", nil
 }
 
+// EchoProberTokenOf is the token in a file EchoProberTokenFile wrote;
+// false for anything else.
+func EchoProberTokenOf(file []byte) (string, bool) {
+	s := strings.TrimSuffix(string(file), "\n")
+	s, ok1 := strings.CutPrefix(s, "^")
+	s, ok2 := strings.CutSuffix(s, "$")
+	if !ok1 || !ok2 {
+		return "", false
+	}
+	if _, err := EchoProberTokenFile(s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
 // validTokenFile says squid.conf can take path between quotes: Squid ends a
 // quoted file name at the first quote of either kind, and a file name
 // with white space or '#' is one no reader of the config should have to
