@@ -138,8 +138,10 @@ func connect(t *testing.T, kubeconfig string) *cluster {
 		t.Fatalf("creating namespace %s: %v", cl.ns, err)
 	}
 	t.Cleanup(func() {
-		// The Proxies go first (their finalizers need the operator), then
-		// the namespace with the test's Pods.
+		// The groups and Proxies go first (their finalizers need the
+		// operator; a group left would make its members again), then the
+		// namespace with the test's Pods.
+		_ = c.DeleteAllOf(ctx, &egressv1.ProxyGroup{}, client.InNamespace(cl.ns))
 		_ = c.DeleteAllOf(ctx, &egressv1.Proxy{}, client.InNamespace(cl.ns))
 		testenv.EventuallyNilWithin(t, slow, "the test's Proxies are gone", func() error {
 			var l egressv1.ProxyList
