@@ -7,12 +7,15 @@
 #   cloud-config with the real `cloud-init schema`;
 # - genisoimage (isoinfo) and xorriso, so that internal/provider/nocloud
 #   reads its seed ISO back with real ISO readers;
+# - keepalived, so that internal/provider/vrrp runs the generated VRRP
+#   configuration with the real keepalived (members in network namespaces
+#   of the test's own; its service is disabled);
 # - libvirt-clients (virt-xml-validate) and libxml2-utils (xmllint, which it
 #   runs), so that internal/provider/libvirt checks the XML it builds with
 #   libvirt's own schemas (the clients only: no daemon is installed).
 # Idempotent: a second run installs nothing. Needs root (or sudo).
 # SKIP_SQUID_TESTS=1 / SKIP_CLOUDINIT_TESTS=1 / SKIP_ISO_TESTS=1 /
-# SKIP_LIBVIRT_SCHEMA_TESTS=1 leave the
+# SKIP_VRRP_TESTS=1 / SKIP_LIBVIRT_SCHEMA_TESTS=1 leave the
 # package out (the tests that need it then skip; without the variable they
 # fail).
 #
@@ -75,6 +78,27 @@ else
       apt_install "$pkg"
     fi
   done
+fi
+
+# keepalived: the tests start their own, in their own namespaces; the
+# package's service would hold a VRRP instance on this machine.
+if [ "${SKIP_VRRP_TESTS:-}" = 1 ]; then
+  echo "install-test-deps: SKIP_VRRP_TESTS=1: not installing keepalived"
+elif [ -x /usr/sbin/keepalived ]; then
+  echo "install-test-deps: keepalived already installed: /usr/sbin/keepalived ($(/usr/sbin/keepalived --version 2>&1 | head -n1))"
+else
+  apt_install keepalived
+  echo "install-test-deps: installed /usr/sbin/keepalived ($(/usr/sbin/keepalived --version 2>&1 | head -n1))"
+fi
+if [ -x /usr/sbin/keepalived ] && have_systemd; then
+  if systemctl is-active --quiet keepalived 2>/dev/null; then
+    echo "install-test-deps: stopping the keepalived service"
+    $SUDO systemctl stop keepalived
+  fi
+  if systemctl is-enabled --quiet keepalived 2>/dev/null; then
+    echo "install-test-deps: disabling the keepalived service"
+    $SUDO systemctl disable keepalived
+  fi
 fi
 
 # libvirt's schema check: clients and XML tools, no service.

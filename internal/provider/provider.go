@@ -227,6 +227,11 @@ type CreateRequest struct {
 	// has no static addresses never gets one (the registry refuses an
 	// addressPool on its entries).
 	StaticAddress *StaticAddress
+	// GroupAddress, when set, makes the instance hold its group's one
+	// address in turn with the group's other members; nil: the instance
+	// is no group member, or its group's address is kept otherwise. A
+	// provider that cannot hold one refuses with ErrPermanent.
+	GroupAddress *GroupAddress
 }
 
 // CheckResult is the outcome of one health check.

@@ -26,7 +26,9 @@ import (
 // whatever name udev gave it (ens3, enp1s0, eth0). Its ENI renderer
 // (ifupdown) knows no globs: a guest rendering ENI needs the MAC.
 const (
-	macMatchedName = "eth0"
+	// MACMatchedName is also what the guest's other configuration may
+	// name the NIC by (a group member's keepalived).
+	MACMatchedName = "eth0"
 	nameGlob       = "e*"
 )
 
@@ -124,7 +126,7 @@ func NetworkConfig(a provider.StaticAddress, mac string) ([]byte, error) {
 			return nil, provider.Errorf(provider.ErrPermanent, "nocloud network-config: MAC %q is not a unicast Ethernet address", mac)
 		}
 		// Lower case: netplan wants it so; HardwareAddr.String gives it.
-		id, eth.Match.MACAddress, eth.SetName = macMatchedName, hw.String(), macMatchedName
+		id, eth.Match.MACAddress, eth.SetName = MACMatchedName, hw.String(), MACMatchedName
 	} else {
 		eth.Match.Name = nameGlob
 	}

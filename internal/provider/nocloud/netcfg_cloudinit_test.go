@@ -126,7 +126,7 @@ func TestNetworkConfig_CloudInitRenders(t *testing.T) {
 				if err != nil {
 					t.Fatalf("net-convert: %v\n%s", err, content)
 				}
-				name := macMatchedName
+				name := MACMatchedName
 				if mac == "" {
 					name = nameGlob // a glob networkd matches names with
 				}
@@ -168,15 +168,15 @@ func TestNetworkConfig_CloudInitRenders(t *testing.T) {
 					t.Fatalf("net-convert: %v\n%s", err, content)
 				}
 				rules := files["/etc/udev/rules.d/70-persistent-net.rules"]
-				if !strings.Contains(rules, `ATTR{address}=="`+mac+`", NAME="`+macMatchedName+`"`) {
-					t.Errorf("the udev rules do not name the NIC with MAC %s %s:\n%s", mac, macMatchedName, rules)
+				if !strings.Contains(rules, `ATTR{address}=="`+mac+`", NAME="`+MACMatchedName+`"`) {
+					t.Errorf("the udev rules do not name the NIC with MAC %s %s:\n%s", mac, MACMatchedName, rules)
 				}
 				eni := files["/etc/network/interfaces.d/50-cloud-init"]
 				family := "inet"
 				if tc.addr.Address.Addr().Is6() {
 					family = "inet6"
 				}
-				want := []string{"auto " + macMatchedName, "iface " + macMatchedName + " " + family + " static", "address " + tc.addr.Address.String()}
+				want := []string{"auto " + MACMatchedName, "iface " + MACMatchedName + " " + family + " static", "address " + tc.addr.Address.String()}
 				switch {
 				case gw.Is4():
 					want = append(want, "post-up route add default gw "+gw.String()+" || true")

@@ -8,7 +8,9 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientauth"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/nocloud"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/vrrp"
 )
 
 // Family is a distribution family of VM images: what the generated
@@ -95,6 +97,10 @@ type CloudConfigParams struct {
 	// in bootcmd, before any package is installed (servingreport); empty:
 	// the provider installs it otherwise (a GCE startup script).
 	Reporter servingreport.Publish
+	// VRRP, when set, makes the VM a group member holding the group's
+	// address in turn (keepalived, checked by vrrp.Member.Validate), and
+	// Squid egress from that address whichever member holds it.
+	VRRP *vrrp.Member
 }
 
 // vmParams is the VM variant of the generator's Params: the VM listens on
@@ -119,6 +125,26 @@ func vmParams(in CloudConfigParams) Params {
 		CacheLog:     vmLogDir + "/cache.log",
 		ServingProbe: true,
 	}
+}
+
+// vrrpFiles are the files a group member's keepalived needs: its
+// configuration, the serving check it runs and the sysctl that lets Squid
+// bind the group's address before it holds it.
+func vrrpFiles(generator string, m vrrp.Member) ([]cloudFile, error) {
+	conf, err := vrrp.Config(generator, m)
+	if err != nil {
+		return nil, err
+	}
+	return []cloudFile{
+		{vrrp.ConfigPath, "0644", conf},
+		{vrrp.CheckPath, "0755", vrrp.Check()},
+		{vrrp.SysctlPath, "0644", vrrp.Sysctl(m.Virtual.Addr())},
+	}, nil
+}
+
+// cloudFile is one write_files entry, owned by root.
+type cloudFile struct {
+	path, mode, content string
 }
 
 // CloudConfig builds the #cloud-config a VM gets when its Proxy brings no
@@ -154,6 +180,17 @@ func CloudConfig(in CloudConfigParams) (string, error) {
 	sp := vmParams(in)
 	packages := []string{"squid"}
 	var runcmd []string
+	var files []cloudFile
+	if in.VRRP != nil {
+		if files, err = vrrpFiles(sp.Generator, *in.VRRP); err != nil {
+			return "", provider.Errorf(provider.ErrPermanent, "%w", err)
+		}
+		sp.OutgoingAddress = in.VRRP.Virtual.Addr()
+		packages = append(packages, "keepalived")
+		// Before Squid starts: its first connection may leave from the
+		// group's address while another member holds it.
+		runcmd = append(runcmd, "sysctl -p "+vrrp.SysctlPath)
+	}
 	if family == FamilyRHEL && !containsPort(selinuxSquidPorts, in.Port) {
 		// RHEL's documented way: label the port for Squid (-a adds, -m
 		// relabels a port the policy already gives another type).
@@ -167,6 +204,11 @@ func CloudConfig(in CloudConfigParams) (string, error) {
 			"chmod 0640 "+vmPasswordFile)
 	}
 	runcmd = append(runcmd, "systemctl enable "+vmService, "systemctl restart "+vmService)
+	if in.VRRP != nil {
+		// After Squid: keepalived's check asks it, and a member takes the
+		// address only once it answers.
+		runcmd = append(runcmd, "systemctl enable "+vrrp.Service, "systemctl restart "+vrrp.Service)
+	}
 
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
@@ -218,6 +260,19 @@ func CloudConfig(in CloudConfigParams) (string, error) {
 			w("      %s", l)
 		}
 	}
+	for _, f := range files {
+		w("  - path: %s", f.path)
+		w("    owner: root:root")
+		w("    permissions: '%s'", f.mode)
+		w("    content: |")
+		for _, l := range strings.Split(strings.TrimSuffix(f.content, "\n"), "\n") {
+			if l == "" {
+				w("")
+			} else {
+				w("      %s", l)
+			}
+		}
+	}
 	w("runcmd:")
 	for _, c := range runcmd {
 		w("  - %s", yamlString(c))
@@ -262,6 +317,10 @@ func UserData(req provider.CreateRequest, dest *egress.Policy, family Family, re
 		}
 	}
 	if req.CloudInit != "" {
+		if req.GroupAddress != nil {
+			return "", provider.Errorf(provider.ErrPermanent,
+				"the group's address is held by the generated configuration (keepalived), and this member brings its own cloudInit; drop the template's cloudInit")
+		}
 		if len(req.Destinations) > 0 {
 			// The rules live in the generated configuration; the user's
 			// image would run a proxy that never heard of them.
@@ -269,6 +328,10 @@ func UserData(req provider.CreateRequest, dest *egress.Policy, family Family, re
 				"destinations: the rules are enforced by the generated Squid configuration, and this Proxy brings its own cloudInit; drop one of them")
 		}
 		return req.CloudInit, nil
+	}
+	member, err := groupMember(req)
+	if err != nil {
+		return "", err
 	}
 	if dest == nil {
 		dest = egress.Default()
@@ -278,9 +341,32 @@ func UserData(req provider.CreateRequest, dest *egress.Policy, family Family, re
 		return "", provider.Errorf(provider.ErrPermanent, "%s", errs.ToAggregate().Error())
 	}
 	doc, err := CloudConfig(CloudConfigParams{Port: req.Port, Clients: clients, Destinations: narrowed, Family: family,
-		ClientAuth: req.ClientAuth, Reporter: reporter})
+		ClientAuth: req.ClientAuth, Reporter: reporter, VRRP: member})
 	if err != nil {
 		return "", err
 	}
 	return provider.Sensitive(doc), nil
+}
+
+// groupMember is the request's part in its group's VRRP instance, or nil
+// when it is no group member. The member's own address is its pool
+// address, on the NIC the seed's network-config names when it matches it
+// by MAC (as libvirt and Proxmox do); without one it cannot take part.
+func groupMember(req provider.CreateRequest) (*vrrp.Member, error) {
+	g := req.GroupAddress
+	if g == nil {
+		return nil, nil
+	}
+	if req.StaticAddress == nil {
+		return nil, provider.Errorf(provider.ErrPermanent,
+			"a group's address is held among its members' own pool addresses, and this member has none: give the entry an addressPool")
+	}
+	m := vrrp.Member{
+		Interface: nocloud.MACMatchedName, Self: req.StaticAddress.Address.Addr(), Peers: g.Peers,
+		Virtual: g.Virtual, RouterID: vrrp.RouterID(g.Group), Priority: vrrp.Priority(g.Index), Port: req.Port,
+	}
+	if err := m.Validate(); err != nil {
+		return nil, provider.Errorf(provider.ErrPermanent, "%w", err)
+	}
+	return &m, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/vrrp"
 )
 
 // realCheck runs both tools on one user-data document: cloud-init's schema
@@ -65,6 +66,10 @@ func TestCloudConfig_RealCloudInitSchema(t *testing.T) {
 		{Port: 3128, Family: FamilyRHEL, Clients: []netip.Prefix{netip.MustParsePrefix("192.168.10.0/24")}},
 		{Port: 3129, Family: FamilyRHEL, Destinations: allowing},
 		{Port: 3128, Reporter: servingreport.PublishFile},
+		{Port: 3128, Reporter: servingreport.PublishFile, VRRP: &vrrp.Member{
+			Interface: "eth0", Self: netip.MustParseAddr("192.0.2.10"), Peers: []netip.Addr{netip.MustParseAddr("192.0.2.11")},
+			Virtual: netip.MustParsePrefix("192.0.2.100/24"), RouterID: 7, Priority: 254, Port: 3128,
+		}},
 	} {
 		doc, err := CloudConfig(in)
 		if err != nil {

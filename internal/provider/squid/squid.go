@@ -66,6 +66,12 @@ type Params struct {
 	// started as a non-root user stays that user, so a Pod leaves it empty;
 	// so does a VM, whose packaged Squid drops to the package's user.
 	EffectiveUser string
+	// OutgoingAddress, when valid, is the address Squid's connections to
+	// destinations of its family leave from (tcp_outgoing_address): a
+	// group's virtual address, which this member may not hold at the
+	// moment, so its host must allow non-local binds (vrrp.Sysctl).
+	// Destinations see the group's address whichever member serves.
+	OutgoingAddress netip.Addr
 }
 
 // Auth is where Squid reads the users of a Proxy's clientAuth.
@@ -329,6 +335,10 @@ func Config(sp Params) string {
 	w("coredump_dir %s", sp.CoredumpDir)
 	if sp.EffectiveUser != "" {
 		w("cache_effective_user %s", sp.EffectiveUser)
+	}
+	if sp.OutgoingAddress.IsValid() {
+		w("# The group's address: destinations see it whichever member serves.")
+		w("tcp_outgoing_address %s", sp.OutgoingAddress.Unmap())
 	}
 	w("# Nothing about the proxy's host or its clients leaves: no version,")
 	w("# no host name, no cache headers, no forwarding headers.")

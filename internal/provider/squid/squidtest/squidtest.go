@@ -49,6 +49,9 @@ type Dirs struct {
 	// EffectiveUser is the user a Squid started as root drops to ("proxy");
 	// empty when the test does not run as root.
 	EffectiveUser string
+	// Netns, when set, is the named network namespace (ip netns) Squid
+	// runs in; Start's addr must then be reachable from the test's.
+	Netns string
 }
 
 // NewDirs makes the directories, writable by the user Squid drops to.
@@ -80,6 +83,14 @@ func (d Dirs) PidFile() string { return filepath.Join(d.Run, "squid.pid") }
 // test fails.
 func Start(t testing.TB, d Dirs, conf, addr string) {
 	t.Helper()
+	StartStoppable(t, d, conf, addr)
+}
+
+// StartStoppable is Start, and returns what kills that Squid (SIGKILL)
+// before the test ends and waits until it is gone: a proxy that stops
+// answering, for a test of what notices.
+func StartStoppable(t testing.TB, d Dirs, conf, addr string) (stop func()) {
+	t.Helper()
 	bin := Binary(t)
 	path := filepath.Join(d.Run, "squid.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
@@ -94,7 +105,12 @@ func Start(t testing.TB, d Dirs, conf, addr string) {
 	}
 	_ = os.Chmod(logPath, 0o666)
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "-N", "-f", path)
+	args := []string{bin, "-N", "-f", path}
+	if d.Netns != "" {
+		// ip execs Squid itself: the process killed is Squid's.
+		args = append([]string{"ip", "netns", "exec", d.Netns}, args...)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		cancel()
@@ -103,9 +119,9 @@ func Start(t testing.TB, d Dirs, conf, addr string) {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
+	stop = func() { cancel(); <-exited }
 	t.Cleanup(func() {
-		cancel()
-		<-exited
+		stop()
 		_ = logFile.Close()
 		if t.Failed() {
 			out, _ := os.ReadFile(logPath)
@@ -115,6 +131,7 @@ func Start(t testing.TB, d Dirs, conf, addr string) {
 	if !waitListening(addr, exited) {
 		t.Fatalf("squid never listened on %s", addr)
 	}
+	return stop
 }
 
 // waitListening waits until addr accepts connections or squid exits; the

@@ -1,0 +1,218 @@
+// Package vrrp renders what holds a group's virtual address on one member
+// at a time on the on-prem backends (kvm, kvm2, proxmox): keepalived's
+// configuration, and the check that takes the address away from a member
+// whose Squid stops answering, not only from one that dies.
+//
+// The choices, made once here:
+//   - unicast adverts to the other members' own addresses: many bridges
+//     (and every cloud-like L2) drop multicast, and the members' addresses
+//     are pool addresses that outlive their instances (the egress-identity
+//     design), so a replaced member keeps its place in its peers' lists and
+//     nobody needs telling;
+//   - every member starts BACKUP with nopreempt: the first to come up takes
+//     the address and keeps it while it serves; a member that comes back
+//     does not take it back (a move is a gap for clients, so there is one
+//     per failure, not two);
+//   - the check is the serving reporter's own probe (a request for a name
+//     under .invalid, which the generated Squid answers itself): a member
+//     whose Squid does not answer goes to FAULT and gives the address up;
+//   - adverts every second: a holder that dies is replaced after VRRP's
+//     Master_Down_Interval (3 adverts and a skew: about 3.6 s), one whose
+//     Squid stops after two failed checks (about 2 s), then at once.
+//
+// Nothing here authenticates adverts: VRRP's only authentication (a
+// clear-text password, removed in version 3) proves nothing. The members
+// sit on the entry's bridge, which is the trust boundary (docs/groups.md).
+package vrrp
+
+import (
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
+)
+
+// Paths on the guest.
+const (
+	ConfigPath = "/etc/keepalived/keepalived.conf"
+	// CheckPath is the serving check keepalived runs every second.
+	CheckPath = "/usr/local/libexec/egress-proxy-vrrp-check"
+	// SysctlPath lets Squid bind the virtual address on a member that does
+	// not hold it (tcp_outgoing_address), so a member that takes the
+	// address over serves at once, without a restart.
+	SysctlPath = "/etc/sysctl.d/60-egress-proxy-vrrp.conf"
+	// Service is the distributions' keepalived unit.
+	Service = "keepalived.service"
+)
+
+// AdvertInterval is how often the holder says so, in seconds.
+const AdvertInterval = 1
+
+// Member is one member's place in its group's VRRP instance.
+type Member struct {
+	// Interface is the NIC that carries the member's and the virtual
+	// address.
+	Interface string
+	// Self is the member's own address on Interface: adverts leave from it.
+	Self netip.Addr
+	// Peers are the other members' addresses; adverts go to each.
+	Peers []netip.Addr
+	// Virtual is the group's address with the pool's prefix length.
+	Virtual netip.Prefix
+	// RouterID is VRRP's virtual router ID, one per group on a segment
+	// (RouterID derives it from the group).
+	RouterID uint8
+	// Priority decides between members that come up together: the
+	// highest serving one takes the address (Priority derives it).
+	Priority uint8
+	// Port is the local Squid's port, which the check asks.
+	Port int32
+}
+
+// RouterID derives a group's virtual router ID (1-255) from its identity
+// (the group's UID): stable across the group's life and its members'
+// replacements. Two groups on one bridge may still draw the same ID (one
+// in 255 per pair); keepalived then logs adverts for the other's address
+// and each keeps its own, because adverts carry the addresses and a
+// member drops one for addresses it does not hold (docs/groups.md).
+func RouterID(group string) uint8 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(group))
+	return uint8(h.Sum32()%255) + 1
+}
+
+// Priority is member index's priority: the lowest index is preferred
+// when members come up together (254, 253, ...; never 255, the address
+// owner's, which would make one member always take it back).
+func Priority(index int) uint8 {
+	if index < 0 || index > 200 {
+		return 50
+	}
+	return uint8(254 - index)
+}
+
+// Validate says what makes m unusable, naming the field.
+func (m Member) Validate() error {
+	var errs []string
+	add := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	if m.Interface == "" || strings.ContainsAny(m.Interface, " \t\n{}\"'#!/") {
+		add("interface %q is not an interface name", m.Interface)
+	}
+	if !m.Self.IsValid() {
+		add("self: no address")
+	}
+	if !m.Virtual.IsValid() {
+		add("virtual: no address")
+	} else if m.Self.IsValid() && m.Virtual.Addr().Is4() != m.Self.Is4() {
+		add("virtual %s and self %s are of different families", m.Virtual.Addr(), m.Self)
+	} else if m.Virtual.Addr() == m.Self {
+		add("virtual %s is the member's own address", m.Virtual.Addr())
+	}
+	if len(m.Peers) == 0 {
+		add("peers: none; a group of one needs no VRRP")
+	}
+	for i, p := range m.Peers {
+		switch {
+		case !p.IsValid():
+			add("peers[%d]: no address", i)
+		case p == m.Self:
+			add("peers[%d]: %s is the member's own address", i, p)
+		case m.Virtual.IsValid() && p == m.Virtual.Addr():
+			add("peers[%d]: %s is the virtual address", i, p)
+		case m.Self.IsValid() && p.Is4() != m.Self.Is4():
+			add("peers[%d]: %s is not of self's family", i, p)
+		case slices.Contains(m.Peers[:i], p):
+			add("peers[%d]: %s is listed twice", i, p)
+		}
+	}
+	if m.RouterID == 0 {
+		add("routerID: 0 is not a VRRP router ID (1-255)")
+	}
+	if m.Priority == 0 || m.Priority == 255 {
+		add("priority: %d is reserved (1-254)", m.Priority)
+	}
+	if m.Port < 1 || m.Port > 65535 {
+		add("port %d is outside 1-65535", m.Port)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("vrrp: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Config renders keepalived.conf for m (checked by Validate first).
+func Config(generator string, m Member) (string, error) {
+	if err := m.Validate(); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w("# Generated by %s; do not edit.", generator)
+	w("# Holds the group's address %s on one member at a time (VRRP, unicast).", m.Virtual.Addr())
+	w("global_defs {")
+	// The check runs unprivileged; keepalived refuses a script that
+	// user could change.
+	w("    script_user nobody")
+	w("    enable_script_security")
+	w("    vrrp_garp_master_refresh 60")
+	w("}")
+	w("vrrp_script egress_proxy_serving {")
+	w("    script \"%s %d\"", CheckPath, m.Port)
+	w("    interval 1")
+	w("    timeout 2")
+	w("    fall 2")
+	w("    rise 2")
+	w("}")
+	w("vrrp_instance egress_proxy {")
+	w("    state BACKUP")
+	w("    nopreempt")
+	if m.Self.Is6() {
+		w("    version 3")
+	}
+	w("    interface %s", m.Interface)
+	w("    virtual_router_id %d", m.RouterID)
+	w("    priority %d", m.Priority)
+	w("    advert_int %d", AdvertInterval)
+	w("    unicast_src_ip %s", m.Self)
+	w("    unicast_peer {")
+	for _, p := range m.Peers {
+		w("        %s", p)
+	}
+	w("    }")
+	w("    virtual_ipaddress {")
+	w("        %s dev %s", m.Virtual, m.Interface)
+	w("    }")
+	w("    track_script {")
+	w("        egress_proxy_serving")
+	w("    }")
+	w("}")
+	return b.String(), nil
+}
+
+// Sysctl is SysctlPath's content: non-local binds for the virtual
+// address's family.
+func Sysctl(virtual netip.Addr) string {
+	if virtual.Is6() {
+		return "net.ipv6.ip_nonlocal_bind = 1\n"
+	}
+	return "net.ipv4.ip_nonlocal_bind = 1\n"
+}
+
+// Check is CheckPath's content: exit 0 when the local Squid on port $1
+// answers the serving reporter's probe within 2 s (any HTTP status line:
+// the generated Squid refuses the .invalid name itself). bash for
+// /dev/tcp, as the reporter.
+func Check() string {
+	return strings.ReplaceAll(`#!/bin/bash
+# egress-proxies-operator: keepalived's check that this member's Squid
+# answers; a member that fails it gives the group's address up.
+port=${1:?usage: egress-proxy-vrrp-check PORT}
+exec 3<>"/dev/tcp/127.0.0.1/$port" 2>/dev/null || exit 1
+printf 'GET http://@PROBE@/ HTTP/1.0\r\nHost: @PROBE@\r\n\r\n' >&3
+IFS= read -r -t 2 status <&3 || exit 1
+[[ $status == HTTP/* ]]
+`, "@PROBE@", servingreport.ProbeHost)
+}
