@@ -57,7 +57,7 @@ vet: ## go vet ./...
 	$(GO) vet ./...
 
 .PHONY: install-test-deps
-install-test-deps: ## Install the Debian packages the tests use (squid, cloud-init, genisoimage, xorriso, libvirt-clients, libxml2-utils; root or sudo). SKIP_SQUID_TESTS=1 / SKIP_CLOUDINIT_TESTS=1 / SKIP_ISO_TESTS=1 / SKIP_LIBVIRT_SCHEMA_TESTS=1 leave one out.
+install-test-deps: ## Install the Debian packages the tests use (squid, cloud-init, genisoimage, xorriso, keepalived, libvirt-clients, libxml2-utils; root or sudo). SKIP_SQUID_TESTS=1 / SKIP_CLOUDINIT_TESTS=1 / SKIP_ISO_TESTS=1 / SKIP_VRRP_TESTS=1 / SKIP_LIBVIRT_SCHEMA_TESTS=1 leave one out.
 	hack/install-test-deps.sh
 
 .PHONY: envtest-assets

@@ -227,6 +227,32 @@ type ProxySpec struct {
 	// egresses from whatever address its backend gives it.
 	// +optional
 	EgressAddress *EgressAddressSpec `json:"egressAddress,omitempty"`
+
+	// GroupAddress is written by a ProxyGroup on its members on an entry
+	// with an addressPool: the group's address, which the members hold
+	// one at a time (VRRP; docs/groups.md), and the other members' own
+	// addresses. Not for people: a Proxy that no ProxyGroup controls
+	// refuses it.
+	// +optional
+	GroupAddress *MemberGroupAddress `json:"groupAddress,omitempty"`
+}
+
+// MemberGroupAddress is a member's part in holding its group's address.
+type MemberGroupAddress struct {
+	// Address is the group's address with its pool's prefix length (e.g.
+	// 192.0.2.100/24); empty while the group waits for it and for its
+	// members' own addresses, and the member makes no instance until then.
+	// +kubebuilder:validation:MaxLength=43
+	// +kubebuilder:validation:XValidation:rule="self == '' || isCIDR(self)",message="must be an address with its prefix length, such as 192.0.2.100/24"
+	// +optional
+	Address string `json:"address,omitempty"`
+	// Peers are the other members' own addresses.
+	// +kubebuilder:validation:MaxItems=7
+	// +kubebuilder:validation:items:MaxLength=39
+	// +kubebuilder:validation:items:XValidation:rule="isIP(self)",message="must be an IP address"
+	// +listType=set
+	// +optional
+	Peers []string `json:"peers,omitempty"`
 }
 
 // EgressAddressSpec asks for an egress address that outlives the Proxy's

@@ -59,6 +59,7 @@ type GroupSpread struct {
 // ProxyGroupSpec is the desired group.
 // +kubebuilder:validation:XValidation:rule="!has(self.spread) || (has(self.spread.allowSharing) && self.spread.allowSharing) || size(self.spread.zones) >= self.members",message="spec.spread.zones must list at least spec.members zones (one member per zone), or set spec.spread.allowSharing",fieldPath=".spread.zones"
 // +kubebuilder:validation:XValidation:rule="!has(self.spread) || !has(self.template.spec.placement) || !has(self.template.spec.placement.zone)",message="spec.template.spec.placement.zone is set by spec.spread for each member: leave it out",fieldPath=".template.spec.placement.zone"
+// +kubebuilder:validation:XValidation:rule="!has(self.template.spec.groupAddress)",message="spec.template.spec.groupAddress is written by the group on each member: leave it out",fieldPath=".template.spec.groupAddress"
 // +kubebuilder:validation:XValidation:rule="!has(self.template.spec.egressAddress)",message="spec.template.spec.egressAddress would give every member one address of its own; a group's stable address is the group's",fieldPath=".template.spec.egressAddress"
 type ProxyGroupSpec struct {
 	// Members is how many member Proxies the group runs.
@@ -90,6 +91,10 @@ type GroupMemberStatus struct {
 	// Endpoint is the member's status.endpoint.
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
+	// Address is the member's own address from the entry's pool, when
+	// the group holds an address of its own.
+	// +optional
+	Address string `json:"address,omitempty"`
 }
 
 // ProxyGroupStatus is the observed group.
@@ -109,7 +114,14 @@ type ProxyGroupStatus struct {
 	// kept while it stays ready.
 	// +optional
 	Holder string `json:"holder,omitempty"`
-	// Endpoint is the holder's endpoint: where the group's clients go.
+	// Address is the group's own address, on an entry with an
+	// addressPool: taken from the pool for the group, held by one serving
+	// member at a time (VRRP), kept while the group lives. Empty: the
+	// group's endpoint is its holder's.
+	// +optional
+	Address string `json:"address,omitempty"`
+	// Endpoint is where the group's clients go: the group's address and
+	// port when it has one, else the holder's endpoint.
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
 	// EgressIP is the holder's observed egress address.
@@ -150,6 +162,15 @@ const (
 	// GroupReasonMemberConflict: a Proxy of a member's name is not the
 	// group's (Stalled True).
 	GroupReasonMemberConflict = "MemberConflict"
+	// GroupReasonAddressHeld: on an entry with an addressPool, the
+	// group's address is held by a ready member (Available True).
+	GroupReasonAddressHeld = "AddressHeld"
+	// GroupReasonAddressPending: the group's address, or a member's own,
+	// is not bound yet (Available False).
+	GroupReasonAddressPending = "AddressPending"
+	// GroupReasonAddressConflict: the group's address claim exists and
+	// is not the group's (Stalled True).
+	GroupReasonAddressConflict = "AddressConflict"
 )
 
 // ProxyGroup runs spec.members Proxies made from one template, placed

@@ -257,6 +257,19 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		}
 		req.StaticAddress = static
 	}
+	if px.Spec.GroupAddress != nil {
+		ga, err := memberGroupAddress(px, req.StaticAddress, entry.Name)
+		if p, ok := isPoolPending(err); ok {
+			// The group writes the address into the spec: that update
+			// brings the next pass.
+			r.report(px, observation{seen: addressPending, err: p})
+			return ctrl.Result{RequeueAfter: entry.PollInterval}
+		}
+		if err != nil {
+			return r.failed(ctx, entry, px, req, err)
+		}
+		req.GroupAddress = ga
+	}
 
 	switch {
 	case px.Status.ProviderID == "":

@@ -45,6 +45,11 @@ type shape struct {
 	// gains, loses or changes its pool moves its Proxies onto (or off) a
 	// pool address. Omitted when none.
 	AddressPool string `json:"addressPool,omitempty"`
+	// GroupAddress is spec.groupAddress: the group's address and the
+	// peers are in the member's keepalived configuration, so a change of
+	// them needs a new instance (which the group rolls). Omitted when
+	// absent.
+	GroupAddress *egressv1.MemberGroupAddress `json:"groupAddress,omitempty"`
 }
 
 // shapeOf computes the shape hash of a Proxy's spec with its resolved
@@ -63,6 +68,7 @@ func shapeOf(spec egressv1.ProxySpec, cloudInit, clientAuth provider.Sensitive, 
 		Autoheals:           autoheals,
 		EgressAddress:       spec.EgressAddress,
 		AddressPool:         pool,
+		GroupAddress:        spec.GroupAddress,
 	}
 	if usersInPlace {
 		sh.ClientAuth = clientAuth.Len() > 0

@@ -25,8 +25,14 @@ import (
 // group deletes them (their controller reference). What to do is decided
 // in proxygroup_plan.go.
 type ProxyGroupReconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads the group's address claim uncached, as the Proxy
+	// reconciler reads its own (the IPAM kinds may not be served).
+	APIReader client.Reader
+	// Providers tells a group on an entry with an addressPool, which
+	// holds an address of its own (proxygroup_address.go); nil: none does.
+	Providers Providers
+	Recorder  events.EventRecorder
 	// Scope is the Proxy reconciler's: a group is served by the
 	// installation that serves its members (the template's className).
 	Scope Scope
@@ -74,13 +80,20 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	plan := planGroup(g, members, g.Status.Holder)
+	addressing, err := r.addressing(ctx, g, members)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	plan := planGroup(g, members, g.Status.Holder, addressing)
 	if conflict != "" && plan.stalled == nil {
 		plan.stalled = &metav1.Condition{Type: egressv1.ConditionStalled, Status: metav1.ConditionTrue,
 			Reason: egressv1.GroupReasonMemberConflict, Message: conflict}
 	}
+	if addressing.stalled != nil && plan.stalled == nil {
+		plan.stalled = addressing.stalled
+	}
 	for _, i := range plan.create {
-		px := desiredMember(g, i)
+		px := desiredMember(g, i, addressing)
 		if err := r.Client.Create(ctx, px); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				// Not the group's (members() saw only its own): said in
@@ -99,7 +112,7 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		r.event(g, "MemberRemoved", "removed member %s (spec.members is %d)", px.Name, g.Spec.Members)
 	}
 	if px := plan.roll; px != nil {
-		want := desiredMember(g, plan.rollIndex)
+		want := desiredMember(g, plan.rollIndex, addressing)
 		px.Spec = want.Spec
 		if px.Annotations == nil {
 			px.Annotations = map[string]string{}
@@ -124,16 +137,26 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			r.event(g, "MemberRolled", "gave member %s the current template (%d left)", px.Name, plan.stale-1)
 		}
 	}
-	holder := pickHolder(members, int(g.Spec.Members), g.Status.Holder)
-	if holder != g.Status.Holder && g.Status.Holder != "" {
-		r.event(g, "HolderMoved", "the endpoint moved from member %s to %s", g.Status.Holder, orNone(holder))
+	holder := ""
+	if !addressing.pooled {
+		// On a pool the members hold the group's address among
+		// themselves; the operator does not pick one.
+		holder = pickHolder(members, int(g.Spec.Members), g.Status.Holder)
+		if holder != g.Status.Holder && g.Status.Holder != "" {
+			r.event(g, "HolderMoved", "the endpoint moved from member %s to %s", g.Status.Holder, orNone(holder))
+		}
 	}
-	st := groupStatus(g, members, plan, holder, g.Status.Conditions)
+	var res ctrl.Result
+	if addressing.waiting != "" {
+		// Claims are read uncached: no watch brings their binding.
+		res.RequeueAfter = poolPendingPoll
+	}
+	st := groupStatus(g, members, plan, holder, g.Status.Conditions, addressing)
 	if equalGroupStatus(g.Status, st) {
-		return ctrl.Result{}, nil
+		return res, nil
 	}
 	g.Status = st
-	return ctrl.Result{}, r.Client.Status().Update(ctx, g)
+	return res, r.Client.Status().Update(ctx, g)
 }
 
 // members reads the group's members by index: the Proxies it controls.

@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,6 +27,7 @@ import (
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/fake"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/ippool"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
@@ -60,6 +63,14 @@ func (r *groupEvents) with(reason string) []string {
 func startGroupManager(t *testing.T) (string, *fake.Provider, *groupEvents) {
 	t.Helper()
 	entry, fp := fakeEntry("pool")
+	ns, evs := startGroupManagerOn(t, entry)
+	return ns, fp, evs
+}
+
+// startGroupManagerOn runs them on entry, with the built-in IPAM provider
+// when the entry has an addressPool.
+func startGroupManagerOn(t *testing.T, entry *registry.Entry) (string, *groupEvents) {
+	t.Helper()
 	ns := newNamespace(t)
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme: testenv.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
@@ -69,15 +80,21 @@ func startGroupManager(t *testing.T) (string, *fake.Provider, *groupEvents) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &ProxyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Providers: &staticProviders{entries: map[string]*registry.Entry{"pool": entry}},
-		Recorder:  mgr.GetEventRecorder("egress-proxies-operator"), RunningResync: 100 * time.Millisecond}
+	providers := &staticProviders{entries: map[string]*registry.Entry{entry.Name: entry}}
+	r := &ProxyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: providers,
+		Recorder: mgr.GetEventRecorder("egress-proxies-operator"), RunningResync: 100 * time.Millisecond}
 	if err := r.SetupWithManager(mgr, 4, nil); err != nil {
 		t.Fatal(err)
 	}
 	evs := &groupEvents{}
-	if err := (&ProxyGroupReconciler{Client: mgr.GetClient(), Recorder: evs}).SetupWithManager(mgr); err != nil {
+	if err := (&ProxyGroupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: providers, Recorder: evs}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
+	}
+	if entry.AddressPool() != nil {
+		a := &AddressPoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: providers}
+		if err := a.SetupWithManager(mgr); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -88,7 +105,7 @@ func startGroupManager(t *testing.T) (string, *fake.Provider, *groupEvents) {
 			t.Errorf("manager: %v", err)
 		}
 	})
-	return ns, fp, evs
+	return ns, evs
 }
 
 func groupCondition(g *egressv1.ProxyGroup, typ string) string {
@@ -127,9 +144,9 @@ func allReady(n int32) func(*egressv1.ProxyGroup) error {
 
 // TestProxyGroup (issue 24): on the real API server with the fake
 // provider, a group of two spread members: both made from the template,
-// one per zone, owned by the group; the endpoint on member 0; when member
-// 0 stops serving the endpoint moves to member 1 (Available stays True,
-// Degraded True) and comes back to no one else when 0 serves again; a
+// one per zone, owned by the group; the endpoint on the first ready; when
+// that one stops serving the endpoint moves to the other (Available stays
+// True, Degraded True) and stays there when the first serves again; a
 // template change rolls the members one at a time, the holder last, and
 // never has both out at once; scaled to one, member 1 goes.
 func TestProxyGroup(t *testing.T) {
@@ -147,7 +164,12 @@ func TestProxyGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	g = waitGroup(t, ns, "web", "both members ready", allReady(2))
-	if g.Status.Holder != "web-0" || g.Status.Endpoint == "" || groupCondition(g, egressv1.ConditionAvailable) != "True/HolderReady" {
+	// The first member ready holds the endpoint (either may be first).
+	first, other := g.Status.Holder, "web-1"
+	if first == "web-1" {
+		other = "web-0"
+	}
+	if (first != "web-0" && first != "web-1") || g.Status.Endpoint == "" || groupCondition(g, egressv1.ConditionAvailable) != "True/HolderReady" {
 		t.Fatalf("holder %q, endpoint %q, Available %s", g.Status.Holder, g.Status.Endpoint, groupCondition(g, egressv1.ConditionAvailable))
 	}
 	members := map[string]*egressv1.Proxy{}
@@ -161,28 +183,28 @@ func TestProxyGroup(t *testing.T) {
 		}
 		members[px.Name] = px
 	}
-	if g.Status.Endpoint != members["web-0"].Status.Endpoint {
-		t.Errorf("group endpoint %s, holder's %s", g.Status.Endpoint, members["web-0"].Status.Endpoint)
+	if g.Status.Endpoint != members[first].Status.Endpoint {
+		t.Errorf("group endpoint %s, holder's %s", g.Status.Endpoint, members[first].Status.Endpoint)
 	}
 
 	// The holder stops serving: the endpoint moves.
-	if !fp.Backend().SetServing(members["web-0"].Status.InstanceName, fake.Serving{Serving: provider.ServingNotAnswering, Detail: "squid stopped"}) {
-		t.Fatal("no instance for web-0")
+	if !fp.Backend().SetServing(members[first].Status.InstanceName, fake.Serving{Serving: provider.ServingNotAnswering, Detail: "squid stopped"}) {
+		t.Fatal("no instance for " + first)
 	}
-	g = waitGroup(t, ns, "web", "the endpoint on web-1", func(g *egressv1.ProxyGroup) error {
-		if g.Status.Holder != "web-1" || g.Status.Endpoint != members["web-1"].Status.Endpoint ||
+	g = waitGroup(t, ns, "web", "the endpoint on "+other, func(g *egressv1.ProxyGroup) error {
+		if g.Status.Holder != other || g.Status.Endpoint != members[other].Status.Endpoint ||
 			groupCondition(g, egressv1.ConditionAvailable) != "True/HolderReady" || groupCondition(g, egressv1.ConditionDegraded) != "True/MembersNotReady" {
 			return fmt.Errorf("not moved")
 		}
 		return nil
 	})
-	if moved := evs.with("HolderMoved"); len(moved) != 1 || !strings.Contains(moved[0], "from member web-0 to web-1") {
+	if moved := evs.with("HolderMoved"); len(moved) != 1 || !strings.Contains(moved[0], "from member "+first+" to "+other) {
 		t.Errorf("HolderMoved events %v", moved)
 	}
-	fp.Backend().SetServing(members["web-0"].Status.InstanceName, fake.Serving{Serving: provider.ServingAnswering})
+	fp.Backend().SetServing(members[first].Status.InstanceName, fake.Serving{Serving: provider.ServingAnswering})
 	g = waitGroup(t, ns, "web", "both ready again", allReady(2))
-	if g.Status.Holder != "web-1" {
-		t.Errorf("holder %s after web-0 came back, want web-1 kept", g.Status.Holder)
+	if g.Status.Holder != other {
+		t.Errorf("holder %s after %s came back, want %s kept", g.Status.Holder, first, other)
 	}
 
 	// A template change rolls one member at a time, the holder last.
@@ -231,8 +253,8 @@ func TestProxyGroup(t *testing.T) {
 	})
 	close(stop)
 	watched.Wait()
-	if rolled := evs.with("MemberRolled"); len(rolled) != 2 || !strings.Contains(rolled[0], "web-0") || !strings.Contains(rolled[1], "web-1") {
-		t.Errorf("rolls %v: want web-0 first, the holder web-1 last", rolled)
+	if rolled := evs.with("MemberRolled"); len(rolled) != 2 || !strings.Contains(rolled[0], first) || !strings.Contains(rolled[1], other) {
+		t.Errorf("rolls %v: want %s first, the holder %s last", rolled, first, other)
 	}
 	if mostUnsettled > 1 {
 		t.Errorf("%d members were rolling at once", mostUnsettled)
@@ -262,7 +284,7 @@ func TestProxyGroup(t *testing.T) {
 
 // TestProxyGroupValidation: the API server refuses, naming the field, a
 // spread with fewer zones than members, a template that places its own
-// zone under a spread, and a template egressAddress.
+// zone under a spread, and a template egressAddress or groupAddress.
 func TestProxyGroupValidation(t *testing.T) {
 	ns := newNamespace(t)
 	base := func() *egressv1.ProxyGroup {
@@ -288,6 +310,14 @@ func TestProxyGroupValidation(t *testing.T) {
 			g.Spec.Members, g.Spec.Spread = 2, nil
 			g.Spec.Template.Spec.EgressAddress = &egressv1.EgressAddressSpec{}
 		}, "spec.template.spec.egressAddress"},
+		{"a groupAddress in the template", func(g *egressv1.ProxyGroup) {
+			g.Spec.Members, g.Spec.Spread = 2, nil
+			g.Spec.Template.Spec.GroupAddress = &egressv1.MemberGroupAddress{}
+		}, "spec.template.spec.groupAddress: Invalid value"},
+		{"a groupAddress that is no address", func(g *egressv1.ProxyGroup) {
+			g.Spec.Members, g.Spec.Spread = 2, nil
+			g.Spec.Template.Spec.GroupAddress = &egressv1.MemberGroupAddress{Address: "192.0.2.300/24"}
+		}, "spec.template.spec.groupAddress.address"},
 		{"too many members", func(g *egressv1.ProxyGroup) { g.Spec.Members, g.Spec.Spread = 9, nil }, "spec.members"},
 		{"config/samples/proxygroup_local.yaml", func(g *egressv1.ProxyGroup) {
 			root, err := testenv.RepoRoot()
@@ -317,4 +347,92 @@ func TestProxyGroupValidation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestProxyGroupOnAPool (issue 24): on an entry with an addressPool, with
+// the built-in IPAM provider, a group of two takes an address of its own
+// from the pool (a claim owned by both members), its endpoint is that
+// address and the template's port, no member is said to hold it (the
+// members hold it among themselves), and each member's spec.groupAddress
+// names it with the other member's own address as the one peer. Each
+// member makes one instance, with that address in its CreateRequest: a
+// member waits for its peers rather than being made and replaced.
+func TestProxyGroupOnAPool(t *testing.T) {
+	entry, fp := poolEntry(t, "pooled", ippool.Spec{Addresses: []string{"192.0.2.10-192.0.2.20"}, Prefix: 24, Gateway: "192.0.2.1"})
+	ns, evs := startGroupManagerOn(t, entry)
+	ctx := context.Background()
+	g := &egressv1.ProxyGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vip"},
+		Spec: egressv1.ProxyGroupSpec{Members: 2, Template: egressv1.ProxyTemplate{
+			Spec: egressv1.ProxySpec{Provider: "pooled", Port: 3128, AllowedSourceRanges: []string{"192.0.2.0/24"}},
+		}},
+	}
+	if err := env.Client.Create(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	g = waitGroup(t, ns, "vip", "both members ready on the group's address", func(g *egressv1.ProxyGroup) error {
+		if err := allReady(2)(g); err != nil {
+			return err
+		}
+		if g.Status.Address == "" || groupCondition(g, egressv1.ConditionAvailable) != "True/AddressHeld" {
+			return fmt.Errorf("no address held")
+		}
+		return nil
+	})
+	vip := g.Status.Address
+	if g.Status.Endpoint != vip+":3128" || g.Status.Holder != "" {
+		t.Errorf("endpoint %q, holder %q: want %s:3128 and no holder", g.Status.Endpoint, g.Status.Holder, vip)
+	}
+	own := map[string]string{}
+	for _, m := range g.Status.Members {
+		own[m.Name] = m.Address
+		if m.Address == "" || m.Address == vip {
+			t.Errorf("member %s: own address %q beside the group's %s", m.Name, m.Address, vip)
+		}
+	}
+	if own["vip-0"] == own["vip-1"] {
+		t.Errorf("both members on %s", own["vip-0"])
+	}
+	for i, name := range []string{"vip-0", "vip-1"} {
+		peer := own[memberName("vip", 1-i)]
+		px := &egressv1.Proxy{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, px); err != nil {
+			t.Fatal(err)
+		}
+		want := &egressv1.MemberGroupAddress{Address: vip + "/24", Peers: []string{peer}}
+		if !equality.Semantic.DeepEqual(px.Spec.GroupAddress, want) {
+			t.Errorf("member %s: spec.groupAddress %+v, want %+v", name, px.Spec.GroupAddress, want)
+		}
+	}
+	creates := map[string][]provider.CreateRequest{}
+	for _, req := range fp.CreateRequests() {
+		creates[req.ProxyName] = append(creates[req.ProxyName], req)
+	}
+	for i, name := range []string{"vip-0", "vip-1"} {
+		reqs := creates[name]
+		if len(reqs) != 1 {
+			t.Errorf("member %s: %d creates, want 1 (made once its peers were known)", name, len(reqs))
+			continue
+		}
+		ga, st := reqs[0].GroupAddress, reqs[0].StaticAddress
+		if ga == nil || st == nil || ga.Virtual.String() != vip+"/24" || len(ga.Peers) != 1 || ga.Peers[0].String() != own[memberName("vip", 1-i)] ||
+			ga.Group != string(g.UID) || ga.Index != i || st.Address.Addr().String() != own[name] {
+			t.Errorf("member %s: GroupAddress %+v, StaticAddress %+v", name, ga, st)
+		}
+	}
+	claim := &ipamv1.IPAddressClaim{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: groupClaimName("vip")}, claim); err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string]bool{}
+	for _, o := range claim.OwnerReferences {
+		owners[o.Name] = o.Kind == "Proxy"
+	}
+	if len(owners) != 2 || !owners["vip-0"] || !owners["vip-1"] || claim.Labels[LabelClaimGroup] != string(g.UID) {
+		t.Errorf("the group's claim: owners %+v, labels %v", claim.OwnerReferences, claim.Labels)
+	}
+	if got := evs.with("AddressClaimed"); len(got) != 1 {
+		t.Errorf("AddressClaimed events %v", got)
+	}
+	t.Logf("group address %s, members %v", vip, own)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 
@@ -32,12 +33,14 @@ func memberZone(g *egressv1.ProxyGroup, i int) string {
 	return g.Spec.Spread.Zones[i%len(g.Spec.Spread.Zones)]
 }
 
-// memberSpec is member i's spec: the template's, placed in its zone.
-func memberSpec(g *egressv1.ProxyGroup, i int) egressv1.ProxySpec {
+// memberSpec is member i's spec: the template's, placed in its zone, with
+// its part in the group's address when the group holds one.
+func memberSpec(g *egressv1.ProxyGroup, i int, a groupAddressing) egressv1.ProxySpec {
 	spec := *g.Spec.Template.Spec.DeepCopy()
 	if z := memberZone(g, i); z != "" {
 		spec.Placement.Zone = z
 	}
+	spec.GroupAddress = desiredGroupAddress(a, int(g.Spec.Members), i)
 	return spec
 }
 
@@ -51,8 +54,8 @@ func specHash(spec egressv1.ProxySpec) string {
 // desiredMember is member i as the group wants it: the template's labels
 // and annotations under the group's own, a controller reference to the
 // group (deleting the group deletes it), and the spec with its hash.
-func desiredMember(g *egressv1.ProxyGroup, i int) *egressv1.Proxy {
-	spec := memberSpec(g, i)
+func desiredMember(g *egressv1.ProxyGroup, i int, a groupAddressing) *egressv1.Proxy {
+	spec := memberSpec(g, i, a)
 	labels := maps.Clone(g.Spec.Template.Metadata.Labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -134,7 +137,7 @@ type groupPlan struct {
 // only while every member is settled, the lowest-indexed one that does not
 // hold the endpoint, the holder last; so never fewer than members-1 are
 // ready because of the roll. A member failed for good stops the roll.
-func planGroup(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, holder string) groupPlan {
+func planGroup(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, holder string, a groupAddressing) groupPlan {
 	var plan groupPlan
 	n := int(g.Spec.Members)
 	for i := range n {
@@ -161,7 +164,7 @@ func planGroup(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, holder s
 		}
 		ready := memberReady(px)
 		allSettled = allSettled && memberSettled(px)
-		if px.Annotations[egressv1.AnnotationTemplateHash] == specHash(memberSpec(g, i)) {
+		if px.Annotations[egressv1.AnnotationTemplateHash] == specHash(memberSpec(g, i, a)) {
 			continue
 		}
 		plan.stale++
@@ -211,7 +214,7 @@ func pickHolder(members map[int]*egressv1.Proxy, n int, prev string) string {
 // member holds the endpoint), Degraded (fewer ready than asked), and
 // kstatus's Reconciling (members being made, removed or rolled) and
 // Stalled (the plan's).
-func groupStatus(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, plan groupPlan, holder string, prev []metav1.Condition) egressv1.ProxyGroupStatus {
+func groupStatus(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, plan groupPlan, holder string, prev []metav1.Condition, a groupAddressing) egressv1.ProxyGroupStatus {
 	n := int(g.Spec.Members)
 	st := egressv1.ProxyGroupStatus{ObservedGeneration: g.Generation, Holder: holder, Conditions: slices.Clone(prev)}
 	for i := range n {
@@ -228,19 +231,40 @@ func groupStatus(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, plan g
 		}
 		st.Members = append(st.Members, egressv1.GroupMemberStatus{
 			Name: px.Name, Zone: memberZone(g, i), Ready: ready, Endpoint: px.Status.Endpoint,
-			Current: px.Annotations[egressv1.AnnotationTemplateHash] == specHash(memberSpec(g, i)),
+			Current: px.Annotations[egressv1.AnnotationTemplateHash] == specHash(memberSpec(g, i, a)),
 		})
-		if px.Name == holder {
+		if addr, ok := a.members[i]; ok {
+			st.Members[len(st.Members)-1].Address = addr.String()
+		}
+		switch {
+		case a.pooled:
+			if a.virtual.IsValid() && memberReady(px) && px.Status.EgressIP == a.virtual.Addr().String() {
+				st.EgressIP = px.Status.EgressIP // what the holder's echo saw
+			}
+		case px.Name == holder:
 			st.Endpoint, st.EgressIP = px.Status.Endpoint, px.Status.EgressIP
 		}
+	}
+	if a.pooled && a.virtual.IsValid() {
+		st.Address = a.virtual.Addr().String()
+		st.Endpoint = net.JoinHostPort(st.Address, strconv.Itoa(int(memberPort(g))))
 	}
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: g.Generation})
 	}
-	if holder != "" {
+	switch {
+	case a.pooled && !a.virtual.IsValid():
+		set(egressv1.ConditionAvailable, metav1.ConditionFalse, egressv1.GroupReasonAddressPending, a.waiting)
+	case a.pooled && st.ReadyMembers > 0:
+		set(egressv1.ConditionAvailable, metav1.ConditionTrue, egressv1.GroupReasonAddressHeld,
+			fmt.Sprintf("the group's address %s is held by one of its %d ready members (VRRP)", st.Address, st.ReadyMembers))
+	case a.pooled:
+		set(egressv1.ConditionAvailable, metav1.ConditionFalse, egressv1.GroupReasonNoReadyMember,
+			fmt.Sprintf("none of the %d members is ready to hold the group's address %s", n, st.Address))
+	case holder != "":
 		set(egressv1.ConditionAvailable, metav1.ConditionTrue, egressv1.GroupReasonHolderReady,
 			fmt.Sprintf("member %s is ready and holds the endpoint %s", holder, st.Endpoint))
-	} else {
+	default:
 		set(egressv1.ConditionAvailable, metav1.ConditionFalse, egressv1.GroupReasonNoReadyMember,
 			fmt.Sprintf("none of the %d members is ready", n))
 	}
@@ -272,4 +296,12 @@ func groupStatus(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, plan g
 		meta.RemoveStatusCondition(&st.Conditions, egressv1.ConditionStalled)
 	}
 	return st
+}
+
+// memberPort is the members' port: the template's, or the Proxy default.
+func memberPort(g *egressv1.ProxyGroup) int32 {
+	if p := g.Spec.Template.Spec.Port; p != 0 {
+		return p
+	}
+	return defaultPort
 }

@@ -31,7 +31,7 @@ type memberState struct {
 func membersOf(g *egressv1.ProxyGroup, states map[int]memberState) map[int]*egressv1.Proxy {
 	out := map[int]*egressv1.Proxy{}
 	for i, s := range states {
-		px := desiredMember(g, i)
+		px := desiredMember(g, i, groupAddressing{})
 		px.Generation = 5
 		if s.stale {
 			px.Annotations[egressv1.AnnotationTemplateHash] = "older"
@@ -91,7 +91,7 @@ func TestPlanGroup(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := planGroupOf(tc.members)
-			plan := planGroup(g, membersOf(g, tc.states), tc.holder)
+			plan := planGroup(g, membersOf(g, tc.states), tc.holder, groupAddressing{})
 			if !slices.Equal(plan.create, tc.create) {
 				t.Errorf("create %v, want %v", plan.create, tc.create)
 			}
@@ -154,7 +154,7 @@ func TestGroupStatus(t *testing.T) {
 		return string(c.Status) + "/" + c.Reason
 	}
 	members := membersOf(g, map[int]memberState{0: {ready: true}, 1: {ready: true}})
-	st := groupStatus(g, members, planGroup(g, members, "g-1"), "g-1", nil)
+	st := groupStatus(g, members, planGroup(g, members, "g-1", groupAddressing{}), "g-1", nil, groupAddressing{})
 	if st.ReadyMembers != 2 || st.Holder != "g-1" || st.Endpoint != "10.0.0.1:3128" || st.ObservedGeneration != 3 ||
 		len(st.Members) != 2 || st.Members[0].Zone != "a" || st.Members[1].Zone != "b" || !st.Members[0].Current {
 		t.Errorf("status %+v", st)
@@ -165,7 +165,7 @@ func TestGroupStatus(t *testing.T) {
 	}
 
 	members = membersOf(g, map[int]memberState{0: {}, 1: {stale: true, stalled: true}})
-	st = groupStatus(g, members, planGroup(g, members, ""), "", st.Conditions)
+	st = groupStatus(g, members, planGroup(g, members, "", groupAddressing{}), "", st.Conditions, groupAddressing{})
 	if got := []string{cond(st, egressv1.ConditionAvailable), cond(st, egressv1.ConditionDegraded), cond(st, egressv1.ConditionReconciling), cond(st, egressv1.ConditionStalled)}; !slices.Equal(got, []string{
 		"False/NoReadyMember", "True/MembersNotReady", "True/Rolling", "True/MemberFailed"}) {
 		t.Errorf("none ready, one failed: conditions %v", got)
@@ -181,7 +181,7 @@ func TestGroupStatus(t *testing.T) {
 func TestDesiredMember(t *testing.T) {
 	g := planGroupOf(3, "a", "b")
 	g.Spec.Template.Metadata.Labels = map[string]string{"team": "x", egressv1.LabelGroup: "spoofed"}
-	px := desiredMember(g, 2)
+	px := desiredMember(g, 2, groupAddressing{})
 	if px.Name != "g-2" || px.Spec.Placement.Zone != "a" || px.Labels["team"] != "x" || px.Labels[egressv1.LabelGroup] != "g" ||
 		px.Labels[egressv1.LabelGroupMember] != "2" || !ownedBy(px, g) {
 		t.Errorf("member %+v", px.ObjectMeta)
@@ -189,10 +189,10 @@ func TestDesiredMember(t *testing.T) {
 	if i, ok := memberIndex(px); !ok || i != 2 {
 		t.Errorf("memberIndex = %d, %v", i, ok)
 	}
-	if desiredMember(g, 0).Annotations[egressv1.AnnotationTemplateHash] == desiredMember(g, 1).Annotations[egressv1.AnnotationTemplateHash] {
+	if desiredMember(g, 0, groupAddressing{}).Annotations[egressv1.AnnotationTemplateHash] == desiredMember(g, 1, groupAddressing{}).Annotations[egressv1.AnnotationTemplateHash] {
 		t.Error("members in different zones have one hash")
 	}
-	if desiredMember(g, 0).Annotations[egressv1.AnnotationTemplateHash] != px.Annotations[egressv1.AnnotationTemplateHash] {
+	if desiredMember(g, 0, groupAddressing{}).Annotations[egressv1.AnnotationTemplateHash] != px.Annotations[egressv1.AnnotationTemplateHash] {
 		t.Error("members in one zone have different hashes")
 	}
 }

@@ -287,7 +287,8 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	if err := rec.SetupWithManager(mgr, o.MaxConcurrentReconciles, providersChanged); err != nil {
 		return nil, fmt.Errorf("proxy controller: %w", err)
 	}
-	groups := &controller.ProxyGroupReconciler{Client: mgr.GetClient(), Recorder: recorder, Scope: rec.Scope}
+	groups := &controller.ProxyGroupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: rec.Providers,
+		Recorder: recorder, Scope: rec.Scope}
 	if err := groups.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("proxy group controller: %w", err)
 	}

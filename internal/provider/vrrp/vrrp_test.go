@@ -50,6 +50,11 @@ func TestConfig(t *testing.T) {
 		m:       v6,
 		want:    []string{"    version 3\n", "    unicast_src_ip 2001:db8::10\n", "        2001:db8::100/64 dev eth0\n"},
 		notWant: []string{"192.0.2"},
+	}, {
+		name:    "a group of one: no unicast block (keepalived would read an empty one as multicast anyway)",
+		m:       Member{Interface: "eth0", Self: member().Self, Virtual: member().Virtual, RouterID: 7, Priority: 254, Port: 3128},
+		want:    []string{"    virtual_ipaddress {\n        192.0.2.100/24 dev eth0\n    }\n"},
+		notWant: []string{"unicast"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := Config("test", tc.m)
@@ -85,7 +90,6 @@ func TestConfigRefuses(t *testing.T) {
 		{"no virtual", func(m *Member) { m.Virtual = netip.Prefix{} }, "virtual: no address"},
 		{"families differ", func(m *Member) { m.Virtual = netip.MustParsePrefix("2001:db8::1/64") }, "virtual 2001:db8::1 and self 192.0.2.10 are of different families"},
 		{"virtual is self", func(m *Member) { m.Virtual = netip.MustParsePrefix("192.0.2.10/24") }, "virtual 192.0.2.10 is the member's own address"},
-		{"no peers", func(m *Member) { m.Peers = nil }, "peers: none"},
 		{"self among peers", func(m *Member) { m.Peers[1] = m.Self }, "peers[1]: 192.0.2.10 is the member's own address"},
 		{"virtual among peers", func(m *Member) { m.Peers[0] = m.Virtual.Addr() }, "peers[0]: 192.0.2.100 is the virtual address"},
 		{"peer twice", func(m *Member) { m.Peers[1] = m.Peers[0] }, "peers[1]: 192.0.2.11 is listed twice"},

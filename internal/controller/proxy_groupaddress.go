@@ -1,0 +1,59 @@
+package controller
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// A member of a ProxyGroup on an entry with an addressPool holds the
+// group's address in turn with the other members (VRRP among the members'
+// own pool addresses; docs/groups.md). The group writes the address and
+// the peers into the member's spec.groupAddress (proxygroup_address.go),
+// so a change of them reshapes the member's instance and is rolled by the
+// group one member at a time, like a template change.
+
+// memberGroupAddress is the member's spec.groupAddress as the provider
+// takes it, with its own pool address already in static. nil: no group
+// address. errPoolPending while the group has not written the address yet
+// (the member makes no instance until then); Permanent for a Proxy that no
+// ProxyGroup controls or one without a pool address.
+func memberGroupAddress(px *egressv1.Proxy, static *provider.StaticAddress, entry string) (*provider.GroupAddress, error) {
+	ga := px.Spec.GroupAddress
+	if ga == nil {
+		return nil, nil
+	}
+	owner := metav1.GetControllerOf(px)
+	if owner == nil || owner.Kind != "ProxyGroup" || owner.APIVersion != egressv1.GroupVersion.String() {
+		return nil, provider.Errorf(provider.ErrPermanent,
+			"spec.groupAddress is written by a ProxyGroup on its members, and no ProxyGroup controls Proxy %s: remove the field", px.Name)
+	}
+	if static == nil {
+		return nil, provider.Errorf(provider.ErrPermanent,
+			"spec.groupAddress: a group's address is held among its members' own pool addresses, and providers config entry %s has no addressPool", entry)
+	}
+	if ga.Address == "" {
+		return nil, errPoolPending{fmt.Sprintf("waiting for ProxyGroup %s to give its address and its members' own addresses", owner.Name)}
+	}
+	virtual, err := netip.ParsePrefix(ga.Address)
+	if err != nil {
+		return nil, provider.Errorf(provider.ErrPermanent, "spec.groupAddress.address %q is not an address with its prefix length", ga.Address)
+	}
+	out := &provider.GroupAddress{Virtual: virtual, Group: string(owner.UID)}
+	for i, p := range ga.Peers {
+		a, err := netip.ParseAddr(p)
+		if err != nil {
+			return nil, provider.Errorf(provider.ErrPermanent, "spec.groupAddress.peers[%d] %q is not an address", i, p)
+		}
+		out.Peers = append(out.Peers, a)
+	}
+	if out.Index, err = strconv.Atoi(px.Labels[egressv1.LabelGroupMember]); err != nil {
+		return nil, provider.Errorf(provider.ErrPermanent, "label %s of a group member is %q, not its index", egressv1.LabelGroupMember, px.Labels[egressv1.LabelGroupMember])
+	}
+	return out, nil
+}
