@@ -57,6 +57,26 @@ apt_install() {
   return "$rc"
 }
 
+# quiet_service NAME: stops and disables a package's service (one an
+# earlier run without the policy started); the tests start their own.
+quiet_service() {
+  if have_systemd; then
+    if systemctl is-active --quiet "$1" 2>/dev/null; then
+      echo "install-test-deps: stopping the $1 service"
+      $SUDO systemctl stop "$1"
+    fi
+    if systemctl is-enabled --quiet "$1" 2>/dev/null; then
+      echo "install-test-deps: disabling the $1 service"
+      $SUDO systemctl disable "$1"
+    fi
+  elif command -v service >/dev/null 2>&1 && [ -x "/etc/init.d/$1" ]; then
+    if $SUDO service "$1" status >/dev/null 2>&1; then
+      echo "install-test-deps: stopping the $1 service"
+      $SUDO service "$1" stop || true
+    fi
+  fi
+}
+
 if [ "${SKIP_SQUID_TESTS:-}" = 1 ]; then
   echo "install-test-deps: SKIP_SQUID_TESTS=1: not installing squid"
 elif command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ]; then
@@ -90,16 +110,7 @@ else
   apt_install keepalived
   echo "install-test-deps: installed /usr/sbin/keepalived ($(/usr/sbin/keepalived --version 2>&1 | head -n1))"
 fi
-if [ -x /usr/sbin/keepalived ] && have_systemd; then
-  if systemctl is-active --quiet keepalived 2>/dev/null; then
-    echo "install-test-deps: stopping the keepalived service"
-    $SUDO systemctl stop keepalived
-  fi
-  if systemctl is-enabled --quiet keepalived 2>/dev/null; then
-    echo "install-test-deps: disabling the keepalived service"
-    $SUDO systemctl disable keepalived
-  fi
-fi
+if [ -x /usr/sbin/keepalived ]; then quiet_service keepalived; fi
 
 # libvirt's schema check: clients and XML tools, no service.
 if [ "${SKIP_LIBVIRT_SCHEMA_TESTS:-}" = 1 ]; then
@@ -118,21 +129,7 @@ fi
 # Stop and disable a system Squid service if the package (or an earlier run
 # without the policy) started one; the tests never use it.
 if [ -x /usr/sbin/squid ]; then
-  if have_systemd; then
-    if systemctl is-active --quiet squid 2>/dev/null; then
-      echo "install-test-deps: stopping the squid service"
-      $SUDO systemctl stop squid
-    fi
-    if systemctl is-enabled --quiet squid 2>/dev/null; then
-      echo "install-test-deps: disabling the squid service"
-      $SUDO systemctl disable squid
-    fi
-  elif command -v service >/dev/null 2>&1 && [ -x /etc/init.d/squid ]; then
-    if $SUDO service squid status >/dev/null 2>&1; then
-      echo "install-test-deps: stopping the squid service"
-      $SUDO service squid stop || true
-    fi
-  fi
+  quiet_service squid
 fi
 
 if [ "${SKIP_CLOUDINIT_TESTS:-}" = 1 ]; then

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libvirt tests' guest: a Debian 12 VM image with real cloud-init,
-# the QEMU guest agent and Squid preinstalled, from Debian packages only
-# (mmdebstrap from this machine's configured apt sources), so a guest needs
-# no network to become a working proxy.
+# the QEMU guest agent, Squid and keepalived (a group member's, issue 24)
+# preinstalled, from Debian packages only (mmdebstrap from this machine's
+# configured apt sources), so a guest needs no network to become a working
+# proxy.
 #
 #   build-guest.sh        build it unless the cache holds this version
 #   build-guest.sh path   print the cache directory of this version
@@ -90,7 +91,7 @@ step() {
 }
 
 root=$work/rootfs
-packages=linux-image-cloud-amd64,systemd-sysv,udev,dbus,iproute2,e2fsprogs,netbase,locales,cloud-init,qemu-guest-agent,squid
+packages=linux-image-cloud-amd64,systemd-sysv,udev,dbus,iproute2,e2fsprogs,netbase,locales,cloud-init,qemu-guest-agent,squid,keepalived
 
 rootfs() {
 	# No mirror argument: mmdebstrap takes the host's apt sources.

@@ -294,6 +294,24 @@ func TestProxyGroupValidation(t *testing.T) {
 				Template: egressv1.ProxyTemplate{Spec: egressv1.ProxySpec{Provider: "pool", Port: 3128}}},
 		}
 	}
+	// sample replaces the group with config/samples/<file>.
+	sample := func(file string) func(*egressv1.ProxyGroup) {
+		return func(g *egressv1.ProxyGroup) {
+			root, err := testenv.RepoRoot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(filepath.Join(root, "config", "samples", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			*g = egressv1.ProxyGroup{}
+			if err := yaml.UnmarshalStrict(b, g); err != nil {
+				t.Fatalf("the sample: %v", err)
+			}
+			g.Namespace = ns
+		}
+	}
 	for _, tc := range []struct {
 		name   string
 		change func(*egressv1.ProxyGroup)
@@ -319,21 +337,8 @@ func TestProxyGroupValidation(t *testing.T) {
 			g.Spec.Template.Spec.GroupAddress = &egressv1.MemberGroupAddress{Address: "192.0.2.300/24"}
 		}, "spec.template.spec.groupAddress.address"},
 		{"too many members", func(g *egressv1.ProxyGroup) { g.Spec.Members, g.Spec.Spread = 9, nil }, "spec.members"},
-		{"config/samples/proxygroup_local.yaml", func(g *egressv1.ProxyGroup) {
-			root, err := testenv.RepoRoot()
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := os.ReadFile(filepath.Join(root, "config", "samples", "proxygroup_local.yaml"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			*g = egressv1.ProxyGroup{}
-			if err := yaml.UnmarshalStrict(b, g); err != nil {
-				t.Fatalf("the sample: %v", err)
-			}
-			g.Namespace = ns
-		}, ""},
+		{"config/samples/proxygroup_local.yaml", sample("proxygroup_local.yaml"), ""},
+		{"config/samples/proxygroup_kvm.yaml", sample("proxygroup_kvm.yaml"), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := base()

@@ -10,7 +10,6 @@ package vrrp_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -28,6 +27,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/vrrp"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/clientloop"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/netns"
 )
 
@@ -171,8 +171,10 @@ func TestRealKeepalivedMovesTheAddress(t *testing.T) {
 	t.Logf("the address is on %s (%s)", holder.ns, holder.addr)
 
 	// The client: through the group's address to the origin every 100 ms.
-	loop := startClient(t)
-	loop.await(t, 5, "answers through the group's address")
+	proxyURL := &url.URL{Scheme: "http", Host: net.JoinHostPort(virtualIP, fmt.Sprint(proxyPort))}
+	loop := clientloop.Start(t, &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true}},
+		"http://"+net.JoinHostPort(bridgeAddr, originPort)+"/", 100*time.Millisecond)
+	loop.AwaitAnswered(t, 4, time.Minute, "answers through the group's address")
 
 	// Run 1: the holder dies (its link goes, then its processes: nothing
 	// it could say on the way out reaches the other member).
@@ -182,9 +184,8 @@ func TestRealKeepalivedMovesTheAddress(t *testing.T) {
 	holder.stopSquid()
 	other := awaitHolder(t, members, holder)
 	moved := time.Since(died)
-	n := loop.count()
-	loop.await(t, n+5, "answers after the holder died")
-	gap, lost := loop.gapSince(died)
+	loop.AwaitAnswered(t, loop.Answered()+4, time.Minute, "answers after the holder died")
+	gap, lost := loop.GapSince(died)
 	t.Logf("holder %s died: the address on %s after %s; longest gap in answers %s, %d requests lost",
 		holder.ns, other.ns, moved.Round(10*time.Millisecond), gap.Round(10*time.Millisecond), lost)
 
@@ -207,13 +208,12 @@ func TestRealKeepalivedMovesTheAddress(t *testing.T) {
 	other.stopSquid()
 	back := awaitHolder(t, members, other)
 	moved = time.Since(stopped)
-	n = loop.count()
-	loop.await(t, n+5, "answers after the holder's Squid stopped")
-	gap, lost = loop.gapSince(stopped)
+	loop.AwaitAnswered(t, loop.Answered()+4, time.Minute, "answers after the holder's Squid stopped")
+	gap, lost = loop.GapSince(stopped)
 	t.Logf("Squid on %s stopped: the address on %s after %s; longest gap in answers %s, %d requests lost",
 		other.ns, back.ns, moved.Round(10*time.Millisecond), gap.Round(10*time.Millisecond), lost)
 
-	if bad := loop.others(); len(bad) > 0 {
+	if bad := loop.BodiesOtherThan(virtualIP); len(bad) > 0 {
 		t.Errorf("the origin saw addresses other than the group's: %v", bad)
 	}
 }
@@ -292,110 +292,6 @@ func names(ms []*testMember) []string {
 		s = append(s, m.ns)
 	}
 	return s
-}
-
-// clientLoop asks the origin through the group's address every 100 ms and
-// keeps what each ask got.
-type clientLoop struct {
-	mu      sync.Mutex
-	answers []answer
-}
-
-type answer struct {
-	at   time.Time
-	ok   bool
-	seen string
-}
-
-func startClient(t *testing.T) *clientLoop {
-	t.Helper()
-	proxyURL := &url.URL{Scheme: "http", Host: net.JoinHostPort(virtualIP, fmt.Sprint(proxyPort))}
-	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true}}
-	l := &clientLoop{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			a := answer{at: time.Now()}
-			if resp, err := c.Get("http://" + net.JoinHostPort(bridgeAddr, originPort) + "/"); err == nil {
-				body, _ := io.ReadAll(resp.Body)
-				_ = resp.Body.Close()
-				a.ok, a.seen = resp.StatusCode == http.StatusOK, strings.TrimSpace(string(body))
-			}
-			l.mu.Lock()
-			l.answers = append(l.answers, a)
-			l.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return l
-}
-
-// count is the number of answered asks so far.
-func (l *clientLoop) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, a := range l.answers {
-		if a.ok {
-			n++
-		}
-	}
-	return n
-}
-
-func (l *clientLoop) await(t *testing.T, n int, what string) {
-	t.Helper()
-	testenv.EventuallyNilWithin(t, 60*time.Second, what, func() error {
-		if got := l.count(); got < n {
-			return fmt.Errorf("%d answers, want %d", got, n)
-		}
-		return nil
-	})
-}
-
-// gapSince is the longest time between two answered asks from the last
-// answer before since on, and the asks lost in between.
-func (l *clientLoop) gapSince(since time.Time) (time.Duration, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var last time.Time
-	var gap time.Duration
-	lost := 0
-	for _, a := range l.answers {
-		if !a.ok {
-			if !a.at.Before(since) {
-				lost++
-			}
-			continue
-		}
-		if !last.IsZero() && !a.at.Before(since) && a.at.Sub(last) > gap {
-			gap = a.at.Sub(last)
-		}
-		last = a.at
-	}
-	return gap, lost
-}
-
-// others are the addresses other than the group's the origin saw.
-func (l *clientLoop) others() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var bad []string
-	for _, a := range l.answers {
-		if a.ok && a.seen != virtualIP {
-			bad = append(bad, a.seen)
-		}
-	}
-	return bad
 }
 
 func run(t *testing.T, args ...string) {

@@ -8,13 +8,11 @@ package pool
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -63,9 +61,9 @@ func TestPoolAddressEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gateway := nth(libvirthost.BridgeNet, 1) // the namespace's side of the bridge
-	bridgeAddress(t, h.Bridge, netip.PrefixFrom(gateway, libvirthost.BridgeNet.Bits()))
-	first, second := nth(libvirthost.BridgeNet, 10), nth(libvirthost.BridgeNet, 11) // the pool: two addresses
+	gateway := lvtest.Nth(libvirthost.BridgeNet, 1) // the namespace's side of the bridge
+	lvtest.BridgeAddress(t, h.Bridge, netip.PrefixFrom(gateway, libvirthost.BridgeNet.Bits()))
+	first, second := lvtest.Nth(libvirthost.BridgeNet, 10), lvtest.Nth(libvirthost.BridgeNet, 11) // the pool: two addresses
 
 	env := lvtest.StartControlPlane(t)
 	ctx := context.Background()
@@ -74,7 +72,7 @@ func TestPoolAddressEndToEnd(t *testing.T) {
 	origin, hits := testenv.CountingOrigin(t, gateway.String(), originBody, false)
 	target := "http://" + origin.Listener.Addr().String() + "/"
 
-	block := onBridge(t, h.ProviderConfig(h.Socket, imageURL, guest), h.Bridge, gateway)
+	block := lvtest.OnBridge(t, h.ProviderConfig(h.Socket, imageURL, guest), h.Bridge, gateway)
 	block = lvtest.WithEgressIPEcho(t, block, fmt.Sprintf("http://%s/ip?format=text", net.JoinHostPort(gateway.String(), fmt.Sprint(echo.Port))))
 	poolLine := fmt.Sprintf("addressPool: {addresses: [%s-%s], prefix: %d, gateway: %s}", first, second, libvirthost.BridgeNet.Bits(), gateway)
 	configPath := t.TempDir() + "/providers.yaml"
@@ -209,43 +207,6 @@ func TestPoolAddressEndToEnd(t *testing.T) {
 	}
 }
 
-// bridgeAddress gives the namespace's bridge an address for the test.
-func bridgeAddress(t *testing.T, bridge string, p netip.Prefix) {
-	t.Helper()
-	if out, err := exec.Command("ip", "addr", "add", p.String(), "dev", bridge).CombinedOutput(); err != nil {
-		t.Fatalf("ip addr add %s dev %s: %v: %s", p, bridge, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "addr", "del", p.String(), "dev", bridge).CombinedOutput(); err != nil {
-			t.Errorf("ip addr del %s dev %s: %v: %s", p, bridge, err, out)
-		}
-	})
-	if err := libvirthost.Contained(); err != nil {
-		t.Fatalf("with %s on %s: %v", p, bridge, err)
-	}
-}
-
-// onBridge is the provider block with the host's NICs on the bridge
-// instead of user-mode networking, and Squid allowed to reach the
-// namespace's side of the bridge (the origin).
-func onBridge(t *testing.T, block []byte, bridge string, gateway netip.Addr) []byte {
-	t.Helper()
-	var cfg map[string]any
-	if err := json.Unmarshal(block, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	hosts := cfg["hosts"].([]any)
-	host := hosts[0].(map[string]any)
-	delete(host, "userNetworking")
-	host["bridge"] = bridge
-	cfg["allowedDestinations"] = []string{gateway.String() + "/32"}
-	out, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // waitPoolAddress waits until the Proxy's claim is bound and its instance
 // is being made on the address.
 func waitPoolAddress(t *testing.T, env *testenv.Env, key client.ObjectKey) *egressv1.Proxy {
@@ -284,13 +245,6 @@ func poolAddressOf(t *testing.T, px *egressv1.Proxy) netip.Addr {
 		t.Fatalf("Proxy %s: status.egressAddress %+v", px.Name, px.Status.EgressAddress)
 	}
 	return a
-}
-
-// nth is the n-th address of an IPv4 prefix.
-func nth(p netip.Prefix, n byte) netip.Addr {
-	b := p.Addr().As4()
-	b[3] += n
-	return netip.AddrFrom4(b)
 }
 
 func inRange(a, lo, hi netip.Addr) bool { return a.Compare(lo) >= 0 && a.Compare(hi) <= 0 }
