@@ -53,15 +53,8 @@ func TestGroupFailoverDrill(t *testing.T) {
 	if os.Getenv(drillEnv) != "1" {
 		t.Skipf("the group failover drill runs with make drill-group (%s=1): two guests, each booted three times, about 16 minutes under emulation", drillEnv)
 	}
-	h := libvirthost.Require(t)
-	guest := h.RequireGuest(t)
-	l := h.Connect(t)
-	pool, err := l.StoragePoolLookupByName(h.Pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gateway := lvtest.Nth(libvirthost.BridgeNet, 1) // the namespace's side of the bridge
-	lvtest.BridgeAddress(t, h.Bridge, netip.PrefixFrom(gateway, libvirthost.BridgeNet.Bits()))
+	b := lvtest.StartOnTheBridge(t)
+	h, guest, l, pool, gateway := b.Host, b.Guest, b.L, b.Pool, b.Gateway
 	first, last := lvtest.Nth(libvirthost.BridgeNet, 10), lvtest.Nth(libvirthost.BridgeNet, 12) // two members and the group
 
 	env := lvtest.StartControlPlane(t)

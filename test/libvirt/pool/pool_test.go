@@ -54,15 +54,8 @@ const (
 // deletions releasing the addresses (the IPAddress objects gone) and
 // leaving nothing on the host.
 func TestPoolAddressEndToEnd(t *testing.T) {
-	h := libvirthost.Require(t)
-	guest := h.RequireGuest(t)
-	l := h.Connect(t)
-	pool, err := l.StoragePoolLookupByName(h.Pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gateway := lvtest.Nth(libvirthost.BridgeNet, 1) // the namespace's side of the bridge
-	lvtest.BridgeAddress(t, h.Bridge, netip.PrefixFrom(gateway, libvirthost.BridgeNet.Bits()))
+	b := lvtest.StartOnTheBridge(t)
+	h, guest, l, pool, gateway := b.Host, b.Guest, b.L, b.Pool, b.Gateway
 	first, second := lvtest.Nth(libvirthost.BridgeNet, 10), lvtest.Nth(libvirthost.BridgeNet, 11) // the pool: two addresses
 
 	env := lvtest.StartControlPlane(t)

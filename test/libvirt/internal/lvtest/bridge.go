@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"testing"
 
+	libvirtrpc "github.com/digitalocean/go-libvirt"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/libvirthost"
 )
 
@@ -51,4 +52,30 @@ func Nth(p netip.Prefix, n byte) netip.Addr {
 	b := p.Addr().As4()
 	b[3] += n
 	return netip.AddrFrom4(b)
+}
+
+// OnTheBridge is what a test of guests on the host's bridge starts from:
+// the host, its guest image, a connection, the storage pool, and the
+// namespace's side of the bridge (the first address of
+// libvirthost.BridgeNet, given to the bridge for the test), where the
+// echo and the origin listen.
+type OnTheBridge struct {
+	Host    *libvirthost.Host
+	Guest   libvirthost.Guest
+	L       *libvirtrpc.Libvirt
+	Pool    libvirtrpc.StoragePool
+	Gateway netip.Addr
+}
+
+// StartOnTheBridge requires the host and its guest and sets the bridge up.
+func StartOnTheBridge(t *testing.T) OnTheBridge {
+	t.Helper()
+	h := libvirthost.Require(t)
+	b := OnTheBridge{Host: h, Guest: h.RequireGuest(t), L: h.Connect(t), Gateway: Nth(libvirthost.BridgeNet, 1)}
+	var err error
+	if b.Pool, err = b.L.StoragePoolLookupByName(h.Pool); err != nil {
+		t.Fatal(err)
+	}
+	BridgeAddress(t, h.Bridge, netip.PrefixFrom(b.Gateway, libvirthost.BridgeNet.Bits()))
+	return b
 }
