@@ -583,12 +583,6 @@ func orDefault(s, def string) string {
 	return s
 }
 
-func createPort(px *egressv1.Proxy) int32 {
-	if px.Spec.Port == 0 {
-		return defaultPort
-	}
-	return px.Spec.Port
-}
 
 // writeStatus patches the status when, and only when, it changed: an idle
 // fleet makes no writes.

@@ -115,9 +115,22 @@ func (r *ProxyReconciler) poolAddress(ctx context.Context, entry *registry.Entry
 	if claim.Status.AddressRef.Name == "" {
 		return nil, claimRefusal(k, claim, pool.Ref)
 	}
-	ak := types.NamespacedName{Namespace: px.Namespace, Name: claim.Status.AddressRef.Name}
+	static, err := claimedAddress(ctx, r.APIReader, k, claim, pool)
+	if err != nil {
+		return nil, err
+	}
+	px.Status.EgressAddress = &egressv1.EgressAddressStatus{Name: claim.Status.AddressRef.Name, Address: static.Address.Addr().String(),
+		Pool: poolRefString(pool.Ref), ProviderID: holderOf(px)}
+	return static, nil
+}
+
+// claimedAddress reads the IPAddress that the bound claim k names, as the
+// provider takes it (with the pool's resolvers): errPoolPending while it
+// does not exist yet, Permanent when it is no usable address.
+func claimedAddress(ctx context.Context, reader client.Reader, k types.NamespacedName, claim *ipamv1.IPAddressClaim, pool *registry.AddressPool) (*provider.StaticAddress, error) {
+	ak := types.NamespacedName{Namespace: k.Namespace, Name: claim.Status.AddressRef.Name}
 	addr := &ipamv1.IPAddress{}
-	if err := r.APIReader.Get(ctx, ak, addr); err != nil {
+	if err := reader.Get(ctx, ak, addr); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, errPoolPending{fmt.Sprintf("IPAddressClaim %s names IPAddress %s, which does not exist yet", k, ak.Name)}
 		}
@@ -127,8 +140,6 @@ func (r *ProxyReconciler) poolAddress(ctx context.Context, entry *registry.Entry
 	if err != nil {
 		return nil, provider.Errorf(provider.ErrPermanent, "IPAddress %s from %s: %v", ak, poolRefString(pool.Ref), err)
 	}
-	px.Status.EgressAddress = &egressv1.EgressAddressStatus{Name: addr.Name, Address: static.Address.Addr().String(),
-		Pool: poolRefString(pool.Ref), ProviderID: holderOf(px)}
 	return static, nil
 }
 

@@ -109,10 +109,7 @@ func placementOf(p egressv1.Placement) provider.Placement {
 // cloud-init and the clientAuth users are resolved by the caller, who also
 // says whether the provider rewrites users in place (shapeOf).
 func createRequest(px *egressv1.Proxy, cloudInit, clientAuth provider.Sensitive, usersInPlace bool, pool string) provider.CreateRequest {
-	port := px.Spec.Port
-	if port == 0 {
-		port = defaultPort // the CRD defaults it; this covers objects made before the default existed
-	}
+	port := specPort(px.Spec)
 	spec := px.Spec
 	spec.Port = port
 	return provider.CreateRequest{
@@ -148,3 +145,12 @@ func egressAddressOf(px *egressv1.Proxy, pooled bool) *provider.EgressAddress {
 }
 
 const defaultPort = 3128
+
+// specPort is the port a Proxy spec (or a group's template) asks for: the
+// CRD defaults it, and this covers objects made before the default existed.
+func specPort(spec egressv1.ProxySpec) int32 {
+	if spec.Port == 0 {
+		return defaultPort
+	}
+	return spec.Port
+}

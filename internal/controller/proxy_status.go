@@ -84,7 +84,7 @@ type observation struct {
 func (o observation) of(px *egressv1.Proxy) observation {
 	o.rec = recordOf(&px.Status)
 	o.endpoint = px.Status.Endpoint
-	o.port = createPort(px)
+	o.port = specPort(px.Spec)
 	o.providerName = px.Spec.Provider
 	o.deleting = !px.DeletionTimestamp.IsZero()
 	if c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady); c != nil {

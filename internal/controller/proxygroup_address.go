@@ -15,6 +15,7 @@ import (
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 )
 
@@ -178,21 +179,19 @@ func (r *ProxyGroupReconciler) addressing(ctx context.Context, g *egressv1.Proxy
 		a.waiting = claimRefusal(k, claim, pool.Ref).Error()
 		return a, nil
 	}
-	addr := &ipamv1.IPAddress{}
-	ak := types.NamespacedName{Namespace: g.Namespace, Name: claim.Status.AddressRef.Name}
-	if err := r.APIReader.Get(ctx, ak, addr); err != nil {
-		if apierrors.IsNotFound(err) {
-			a.waiting = fmt.Sprintf("IPAddressClaim %s names IPAddress %s, which does not exist yet", k, ak.Name)
-			return a, nil
-		}
-		return a, fmt.Errorf("reading IPAddress %s: %w", ak, err)
+	static, err := claimedAddress(ctx, r.APIReader, k, claim, pool)
+	if p, ok := isPoolPending(err); ok {
+		a.waiting = p.msg
+		return a, nil
 	}
-	static, err := staticAddressOf(addr, nil)
-	if err != nil {
+	if provider.ClassOf(err) == provider.ErrPermanent {
 		a.stalled = &metav1.Condition{Type: egressv1.ConditionStalled, Status: metav1.ConditionTrue, Reason: egressv1.GroupReasonAddressConflict,
-			Message: fmt.Sprintf("IPAddress %s from %s: %v", ak, poolRefString(pool.Ref), err)}
+			Message: err.Error()}
 		a.waiting = a.stalled.Message
 		return a, nil
+	}
+	if err != nil {
+		return a, err
 	}
 	a.virtual = static.Address
 	return a, nil

@@ -247,7 +247,7 @@ func groupStatus(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, plan g
 	}
 	if a.pooled && a.virtual.IsValid() {
 		st.Address = a.virtual.Addr().String()
-		st.Endpoint = net.JoinHostPort(st.Address, strconv.Itoa(int(memberPort(g))))
+		st.Endpoint = net.JoinHostPort(st.Address, strconv.Itoa(int(specPort(g.Spec.Template.Spec))))
 	}
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: g.Generation})
@@ -296,12 +296,4 @@ func groupStatus(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, plan g
 		meta.RemoveStatusCondition(&st.Conditions, egressv1.ConditionStalled)
 	}
 	return st
-}
-
-// memberPort is the members' port: the template's, or the Proxy default.
-func memberPort(g *egressv1.ProxyGroup) int32 {
-	if p := g.Spec.Template.Spec.Port; p != 0 {
-		return p
-	}
-	return defaultPort
 }

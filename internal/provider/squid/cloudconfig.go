@@ -238,33 +238,17 @@ func CloudConfig(in CloudConfigParams) (string, error) {
 		w("  - %s", p)
 	}
 	w("write_files:")
-	w("  - path: %s", vmConfPath)
-	w("    owner: root:root")
-	w("    permissions: '0644'")
-	w("    content: |")
-	// A literal block keeps the file as it is, its last newline included;
-	// an empty line needs no indent.
-	for _, l := range strings.Split(strings.TrimSuffix(Config(sp), "\n"), "\n") {
-		if l == "" {
-			w("")
-		} else {
-			w("      %s", l)
-		}
-	}
+	written := []cloudFile{{vmConfPath, "0644", Config(sp)}}
 	if in.ClientAuth.Len() > 0 {
-		w("  - path: %s", vmPasswordFile)
-		w("    owner: root:root")
-		w("    permissions: '0600'")
-		w("    content: |")
-		for _, l := range strings.Split(strings.TrimSuffix(in.ClientAuth.Reveal(), "\n"), "\n") {
-			w("      %s", l)
-		}
+		written = append(written, cloudFile{vmPasswordFile, "0600", in.ClientAuth.Reveal()})
 	}
-	for _, f := range files {
+	for _, f := range append(written, files...) {
 		w("  - path: %s", f.path)
 		w("    owner: root:root")
 		w("    permissions: '%s'", f.mode)
 		w("    content: |")
+		// A literal block keeps the file as it is, its last newline
+		// included; an empty line needs no indent.
 		for _, l := range strings.Split(strings.TrimSuffix(f.content, "\n"), "\n") {
 			if l == "" {
 				w("")
