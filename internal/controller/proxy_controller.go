@@ -583,7 +583,6 @@ func orDefault(s, def string) string {
 	return s
 }
 
-
 // writeStatus patches the status when, and only when, it changed: an idle
 // fleet makes no writes.
 func (r *ProxyReconciler) writeStatus(ctx context.Context, before, px *egressv1.Proxy) error {
