@@ -17,8 +17,9 @@
 //     under .invalid, which the generated Squid answers itself): a member
 //     whose Squid does not answer goes to FAULT and gives the address up;
 //   - adverts every second: a holder that dies is replaced after VRRP's
-//     Master_Down_Interval (3 adverts and a skew: about 3.6 s), one whose
-//     Squid stops after two failed checks (about 2 s), then at once.
+//     Master_Down_Interval (3 adverts and a skew of about 0.01 s: about
+//     3 s after its last advert), one whose Squid stops after two failed
+//     checks (about 2 s), then at once.
 //
 // Nothing here authenticates adverts: VRRP's only authentication (a
 // clear-text password, removed in version 3) proves nothing. The members
