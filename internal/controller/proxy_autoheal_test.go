@@ -81,6 +81,57 @@ func TestAutoheal_ReplacesAProxyThatStoppedAnswering(t *testing.T) {
 	}
 }
 
+// TestAutoheal_OnceForAReplacementThatHasNotAnsweredYet: the new
+// instance comes up running before its proxy answers (a guest whose
+// reporter has not reported yet, a Pod not ready yet); it is starting,
+// not down since its predecessor went down, so it is not autohealed again
+// (the flake of the libvirt end-to-end test: autoheals 2).
+func TestAutoheal_OnceForAReplacementThatHasNotAnsweredYet(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// lastAnswered: the signal says when the proxy last answered
+		// (a guest's reporter) or not (a Pod's readiness).
+		lastAnswered bool
+	}{{"guest report", true}, {"pod readiness", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, fp, clock := newHealing(t, autoheal(time.Minute, 1))
+			fp.SetProvisioningGets(0) // the replacement runs as soon as it is made
+			d.create(newProxy("web", "pool"))
+			first := d.reconcileUntil("web", 3, "Ready", hasReason("True/Running"))
+			down := fake.Serving{Serving: provider.ServingNotAnswering, Detail: "stopped answering"}
+			if tc.lastAnswered {
+				down.LastAnswered = time.Now().Add(-time.Second)
+			}
+			fp.Backend().SetServing(first.Status.InstanceName, down)
+			d.reconcile("web")
+			if px := d.get("web"); readyReason(px) != "False/"+egressv1.ReasonProxyNotAnswering {
+				t.Fatalf("after the stop: Ready %s", readyReason(px))
+			}
+			fp.Backend().SetCreatedServing(fake.Serving{Serving: provider.ServingNotAnswering, Detail: "no report yet"})
+			clock.advance(2 * time.Minute)
+			d.reconcile("web")
+			if px := d.get("web"); px.Status.Autoheals != 1 {
+				t.Fatalf("not autohealed: %+v", px.Status)
+			}
+			// The pass that makes the replacement, and those after it.
+			for i := 0; i < 3; i++ {
+				d.reconcile("web")
+				px := d.get("web")
+				if px.Status.Autoheals != 1 || readyReason(px) != "False/"+egressv1.ReasonProxyStarting {
+					t.Fatalf("pass %d after the autoheal: autoheals %d, Ready %s (%s), instance %s (was %s)", i+1,
+						px.Status.Autoheals, readyReason(px), conditionMessage(px), px.Status.InstanceName, first.Status.InstanceName)
+				}
+			}
+			healed := d.get("web")
+			fp.Backend().SetServing(healed.Status.InstanceName, fake.Serving{Serving: provider.ServingAnswering, LastAnswered: time.Now()})
+			healed = d.reconcileUntil("web", 3, "Ready on the replacement", hasReason("True/Running"))
+			if healed.Status.Autoheals != 1 || healed.Status.InstanceName == first.Status.InstanceName {
+				t.Fatalf("Ready with autoheals %d on instance %s (was %s)", healed.Status.Autoheals, healed.Status.InstanceName, first.Status.InstanceName)
+			}
+		})
+	}
+}
+
 // TestAutoheal_BoundedPerEntry: with maxConcurrent 1, a second Proxy that
 // stopped answering waits until the first serves again.
 func TestAutoheal_BoundedPerEntry(t *testing.T) {

@@ -338,7 +338,7 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		}
 		return ctrl.Result{RequeueAfter: entry.PollInterval}
 	}
-	r.report(px, observation{seen: instanceSeen, inst: inst})
+	r.report(px, observation{seen: instanceSeen, inst: inst, fresh: px.Status.ProviderID != observed})
 	if r.autoheal(ctx, entry, px, inst) {
 		return ctrl.Result{Requeue: true} // the next pass replaces it
 	}

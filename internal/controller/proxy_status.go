@@ -67,6 +67,10 @@ type observation struct {
 	interrupted bool
 	backlog     int
 	next        string
+	// fresh: inst became current in this pass (created, adopted, or the
+	// retiring one taken back), so the Ready condition the pass started
+	// from describes another instance.
+	fresh bool
 
 	// The Proxy as the pass has left it so far (set by of).
 	rec          record // the replacement state: whether, and which, an instance serves
@@ -74,7 +78,7 @@ type observation struct {
 	port         int32
 	providerName string
 	deleting     bool
-	// readyReason is the Ready condition's reason before this pass.
+	// readyReason is the Ready condition's reason before this report.
 	readyReason string
 	// now is the reconciler's clock.
 	now time.Time
@@ -223,9 +227,12 @@ func (o observation) notAnswering() shown {
 
 // stoppedAnswering: the Proxy showed this instance serving, or already
 // showed it stopped, for signals that do not say when the proxy last
-// answered (a Pod's readiness).
+// answered (a Pod's readiness). A reason the condition carries over from
+// the instance this one replaced is not this one's: an autohealed Proxy's
+// replacement that has not answered yet is starting, not down since its
+// predecessor went down (which would autoheal it again at once).
 func (o observation) stoppedAnswering() bool {
-	if o.rec.current != o.inst.ID {
+	if o.fresh || o.rec.current != o.inst.ID {
 		return false
 	}
 	return o.readyReason == egressv1.ReasonRunning || o.readyReason == egressv1.ReasonProxyNotAnswering

@@ -83,6 +83,9 @@ type Backend struct {
 	// what MoveEgressAddress did: egressaddress.go.
 	addresses map[string]string
 	moves     []Move
+	// createdServing is the serving signal of the instances Create makes
+	// (SetCreatedServing).
+	createdServing Serving
 }
 
 // NewBackend returns an empty backend whose clock is time.Now.
@@ -134,6 +137,15 @@ func (b *Backend) SetState(name string, state provider.State) bool {
 		in.IP, _ = b.addressLocked(in.StaticAddress)
 	}
 	return true
+}
+
+// SetCreatedServing sets what the serving signal of the instances Create
+// makes from now on says (a guest whose reporter has not reported yet says
+// NotAnswering); the zero value is no signal.
+func (b *Backend) SetCreatedServing(s Serving) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.createdServing = s
 }
 
 // SetServing sets what the serving signal of the instance named name says

@@ -163,6 +163,7 @@ func (b *Backend) create(req provider.CreateRequest, installation string, startG
 		IP:            ip,
 		StaticAddress: copyStaticAddress(req.StaticAddress),
 		CreatedAt:     b.now(),
+		Serving:       b.createdServing,
 	}}
 	if held {
 		in.State, in.createPending = provider.StateProvisioning, true
