@@ -75,6 +75,15 @@ type ProxyGroupSpec struct {
 	// where the template's placement says.
 	// +optional
 	Spread *GroupSpread `json:"spread,omitempty"`
+	// ProgressDeadlineSeconds is how long a member may take to become
+	// ready and settled (made, rolled to the template, or coming back)
+	// before the group's Stalled names it (ProgressDeadlineExceeded): the
+	// roll then waits for that member or for a person. As a Deployment's.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	// +kubebuilder:default=600
+	// +optional
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
 }
 
 // GroupMemberStatus is one member as the group sees it.
@@ -159,6 +168,10 @@ const (
 	// GroupReasonMemberFailed: a member failed for good; the roll waits
 	// for a change by a person (Stalled True).
 	GroupReasonMemberFailed = "MemberFailed"
+	// GroupReasonProgressDeadlineExceeded: a member has not become ready
+	// and settled within spec.progressDeadlineSeconds; the roll waits
+	// (Stalled True, naming it).
+	GroupReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
 	// GroupReasonMemberConflict: a Proxy of a member's name is not the
 	// group's (Stalled True).
 	GroupReasonMemberConflict = "MemberConflict"

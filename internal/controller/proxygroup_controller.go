@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -84,7 +85,7 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	plan := planGroup(g, members, g.Status.Holder, addressing)
+	plan := planGroup(g, members, g.Status.Holder, addressing, time.Now())
 	if conflict != "" && plan.stalled == nil {
 		plan.stalled = &metav1.Condition{Type: egressv1.ConditionStalled, Status: metav1.ConditionTrue,
 			Reason: egressv1.GroupReasonMemberConflict, Message: conflict}
@@ -150,6 +151,10 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if addressing.waiting != "" {
 		// Claims are read uncached: no watch brings their binding.
 		res.RequeueAfter = poolPendingPoll
+	}
+	if plan.recheck > 0 && (res.RequeueAfter == 0 || plan.recheck < res.RequeueAfter) {
+		// A member's progress deadline passes with no change to watch.
+		res.RequeueAfter = plan.recheck
 	}
 	st := groupStatus(g, members, plan, holder, g.Status.Conditions, addressing)
 	if equalGroupStatus(g.Status, st) {

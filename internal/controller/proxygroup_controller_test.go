@@ -282,6 +282,88 @@ func TestProxyGroup(t *testing.T) {
 	}
 }
 
+// TestProxyGroupProgressDeadline: a template whose members never serve
+// (their new instances' proxies never answer) stops the roll at the first
+// member it reaches, and past spec.progressDeadlineSeconds the group's
+// Stalled names that member; the holder keeps the endpoint on the old
+// template. Once that member serves, Stalled clears and the roll goes on.
+func TestProxyGroupProgressDeadline(t *testing.T) {
+	ns, fp, evs := startGroupManager(t)
+	ctx := context.Background()
+	g := &egressv1.ProxyGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late"},
+		Spec: egressv1.ProxyGroupSpec{Members: 2, ProgressDeadlineSeconds: ptr.To[int32](3),
+			Template: egressv1.ProxyTemplate{
+				Spec: egressv1.ProxySpec{Provider: "pool", Port: 3128, AllowedSourceRanges: []string{"127.0.0.0/8"}},
+			}},
+	}
+	if err := env.Client.Create(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	g = waitGroup(t, ns, "late", "both members ready", allReady(2))
+	holder := g.Status.Holder
+	other := "late-0"
+	if holder == other {
+		other = "late-1"
+	}
+
+	fp.Backend().SetCreatedServing(fake.Serving{Serving: provider.ServingNotAnswering, Detail: "no report yet"})
+	g.Spec.Template.Spec.Port = 3129
+	if err := env.Client.Update(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	g = waitGroup(t, ns, "late", "Stalled naming "+other, func(g *egressv1.ProxyGroup) error {
+		c := meta.FindStatusCondition(g.Status.Conditions, egressv1.ConditionStalled)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != egressv1.GroupReasonProgressDeadlineExceeded {
+			return fmt.Errorf("not stalled")
+		}
+		if !strings.HasPrefix(c.Message, "member "+other+" has not been ready and settled for ") {
+			return fmt.Errorf("Stalled names another member: %s", c.Message)
+		}
+		return nil
+	})
+	stalled := meta.FindStatusCondition(g.Status.Conditions, egressv1.ConditionStalled)
+	t.Logf("Stalled %s: %s", stalled.Reason, stalled.Message)
+	if !strings.Contains(stalled.Message, "(spec.progressDeadlineSeconds 3)") || !strings.Contains(stalled.Message, "no report yet") {
+		t.Errorf("Stalled says neither the deadline nor the member's own reason: %s", stalled.Message)
+	}
+	for _, m := range g.Status.Members {
+		if m.Name == holder && m.Current {
+			t.Errorf("the holder %s was rolled while %s did not serve", holder, other)
+		}
+	}
+	if g.Status.Holder != holder || groupCondition(g, egressv1.ConditionAvailable) != "True/HolderReady" {
+		t.Errorf("holder %s, Available %s: want %s kept", g.Status.Holder, groupCondition(g, egressv1.ConditionAvailable), holder)
+	}
+	if rolled := evs.with("MemberRolled"); len(rolled) != 1 || !strings.Contains(rolled[0], other) {
+		t.Errorf("rolls %v: want %s only", rolled, other)
+	}
+
+	// The member's new instance serves: the roll goes on, Stalled clears.
+	fp.Backend().SetCreatedServing(fake.Serving{})
+	stuck := &egressv1.Proxy{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: other}, stuck); err != nil {
+		t.Fatal(err)
+	}
+	if !fp.Backend().SetServing(stuck.Status.InstanceName, fake.Serving{Serving: provider.ServingAnswering}) {
+		t.Fatalf("no instance %s", stuck.Status.InstanceName)
+	}
+	waitGroup(t, ns, "late", "rolled to port 3129, not stalled", func(g *egressv1.ProxyGroup) error {
+		if err := allReady(2)(g); err != nil {
+			return err
+		}
+		if c := groupCondition(g, egressv1.ConditionStalled); c != "-" {
+			return fmt.Errorf("Stalled %s", c)
+		}
+		for _, m := range g.Status.Members {
+			if !m.Current {
+				return fmt.Errorf("member %s not rolled", m.Name)
+			}
+		}
+		return nil
+	})
+}
+
 // TestProxyGroupValidation: the API server refuses, naming the field, a
 // spread with fewer zones than members, a template that places its own
 // zone under a spread, and a template egressAddress or groupAddress.

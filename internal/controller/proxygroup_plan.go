@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,6 +117,55 @@ func memberStalled(px *egressv1.Proxy) *metav1.Condition {
 	return nil
 }
 
+// memberUnsettledSince is when the member last stopped being ready and
+// settled: its Reconciling condition's transition while True (a boot or a
+// replacement under way), else its Ready's while not True; zero when
+// neither says (a spec its reconciler has not read yet).
+func memberUnsettledSince(px *egressv1.Proxy) time.Time {
+	if c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReconciling); c != nil && c.Status == metav1.ConditionTrue {
+		return c.LastTransitionTime.Time
+	}
+	if c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady); c != nil && c.Status != metav1.ConditionTrue {
+		return c.LastTransitionTime.Time
+	}
+	return time.Time{}
+}
+
+// defaultProgressDeadline is spec.progressDeadlineSeconds' default (a
+// Deployment's).
+const defaultProgressDeadline = 600 * time.Second
+
+// progressDeadline is how long a member may stay unsettled.
+func progressDeadline(g *egressv1.ProxyGroup) time.Duration {
+	if s := g.Spec.ProgressDeadlineSeconds; s != nil && *s > 0 {
+		return time.Duration(*s) * time.Second
+	}
+	return defaultProgressDeadline
+}
+
+// overdue says why member px, unsettled past the group's progress
+// deadline at now, holds the group up; nil when it is settled or within
+// the deadline, and then left is the time until it would be overdue (0:
+// nothing to wait for).
+func overdue(g *egressv1.ProxyGroup, px *egressv1.Proxy, now time.Time) (stalled *metav1.Condition, left time.Duration) {
+	since := memberUnsettledSince(px)
+	if memberSettled(px) || since.IsZero() {
+		return nil, 0
+	}
+	deadline := progressDeadline(g)
+	if left := deadline - now.Sub(since); left > 0 {
+		return nil, left
+	}
+	why := "its Ready is not True"
+	if c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady); c != nil {
+		why = fmt.Sprintf("Ready %s (%s): %s", c.Status, c.Reason, c.Message)
+	}
+	return &metav1.Condition{Type: egressv1.ConditionStalled, Status: metav1.ConditionTrue,
+		Reason: egressv1.GroupReasonProgressDeadlineExceeded,
+		Message: fmt.Sprintf("member %s has not been ready and settled for %s (spec.progressDeadlineSeconds %d): %s; the roll waits for it",
+			px.Name, now.Sub(since).Round(time.Second), int(deadline/time.Second), why)}, 0
+}
+
 // groupPlan is the group's next step: members to make, to remove, at most
 // one to roll, and why it waits when it does.
 type groupPlan struct {
@@ -129,6 +179,9 @@ type groupPlan struct {
 	stale int
 	// stalled, when set, says why the group cannot go on by itself.
 	stalled *metav1.Condition
+	// recheck is when the first unsettled member's progress deadline
+	// passes; 0: none to wait for.
+	recheck time.Duration
 }
 
 // planGroup decides the next step from the group's members (those it
@@ -136,8 +189,9 @@ type groupPlan struct {
 // one member at a time: first a member that is not ready anyway, then,
 // only while every member is settled, the lowest-indexed one that does not
 // hold the endpoint, the holder last; so never fewer than members-1 are
-// ready because of the roll. A member failed for good stops the roll.
-func planGroup(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, holder string, a groupAddressing) groupPlan {
+// ready because of the roll. A member failed for good stops the roll, and
+// one unsettled past the progress deadline at now is named in Stalled.
+func planGroup(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, holder string, a groupAddressing, now time.Time) groupPlan {
 	var plan groupPlan
 	n := int(g.Spec.Members)
 	for i := range n {
@@ -152,6 +206,7 @@ func planGroup(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, holder s
 	}
 	allSettled := len(plan.create) == 0
 	var staleNotReady, staleReady []int
+	var late *metav1.Condition
 	for i := range n {
 		px := members[i]
 		if px == nil {
@@ -161,6 +216,12 @@ func planGroup(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, holder s
 			plan.stalled = &metav1.Condition{Type: egressv1.ConditionStalled, Status: metav1.ConditionTrue,
 				Reason:  egressv1.GroupReasonMemberFailed,
 				Message: fmt.Sprintf("member %s cannot go on: %s (%s); the roll waits for a change of the template or of the member's cause", px.Name, c.Message, c.Reason)}
+		}
+		switch c, left := overdue(g, px, now); {
+		case c != nil && late == nil:
+			late = c
+		case left > 0 && (plan.recheck == 0 || left < plan.recheck):
+			plan.recheck = left
 		}
 		ready := memberReady(px)
 		allSettled = allSettled && memberSettled(px)
@@ -173,6 +234,9 @@ func planGroup(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, holder s
 		} else {
 			staleNotReady = append(staleNotReady, i)
 		}
+	}
+	if plan.stalled == nil {
+		plan.stalled = late // a failure for good says more
 	}
 	pick := -1
 	switch {

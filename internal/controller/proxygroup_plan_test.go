@@ -3,7 +3,9 @@ package controller
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +28,9 @@ func planGroupOf(members int32, zones ...string) *egressv1.ProxyGroup {
 // memberState is a member as a table row gives it.
 type memberState struct {
 	stale, ready, reconciling, stalled bool
+	// unsettledFor: how long ago it stopped being settled (its
+	// Reconciling, or its Ready when not ready, turned so then).
+	unsettledFor time.Duration
 }
 
 func membersOf(g *egressv1.ProxyGroup, states map[int]memberState) map[int]*egressv1.Proxy {
@@ -50,6 +55,14 @@ func membersOf(g *egressv1.ProxyGroup, states map[int]memberState) map[int]*egre
 		if s.stalled {
 			cond(egressv1.ConditionStalled, true, "PermanentFailure")
 		}
+		if s.unsettledFor > 0 {
+			for j := range px.Status.Conditions {
+				if c := &px.Status.Conditions[j]; c.Status == metav1.ConditionTrue && c.Type == egressv1.ConditionReconciling ||
+					c.Status == metav1.ConditionFalse && c.Type == egressv1.ConditionReady {
+					c.LastTransitionTime = metav1.NewTime(time.Now().Add(-s.unsettledFor))
+				}
+			}
+		}
 		px.Status.Endpoint = "10.0.0." + strconv.Itoa(i) + ":3128"
 		out[i] = px
 	}
@@ -68,6 +81,10 @@ func TestPlanGroup(t *testing.T) {
 		remove  []string
 		roll    string // "" none
 		stalled bool
+		// late: the member named in Stalled (ProgressDeadlineExceeded).
+		late string
+		// recheck: a deadline passes within a minute (plan.recheck).
+		recheck bool
 	}{
 		{name: "a new group makes every member", members: 3, states: nil, create: []int{0, 1, 2}},
 		{name: "a missing member is made again", members: 2, states: map[int]memberState{1: ready}, create: []int{0}},
@@ -88,10 +105,21 @@ func TestPlanGroup(t *testing.T) {
 			states: map[int]memberState{0: stale}, holder: "g-0", create: []int{1}},
 		{name: "a member failed for good stops the roll", members: 3,
 			states: map[int]memberState{0: stale, 1: {stalled: true, ready: true}, 2: stale}, holder: "g-0", stalled: true},
+		{name: "a member replacing its instance within the progress deadline: the roll waits", members: 3,
+			states: map[int]memberState{0: stale, 1: {ready: true, reconciling: true, unsettledFor: 9 * time.Minute}, 2: stale}, holder: "g-0", recheck: true},
+		{name: "past the progress deadline: Stalled names the member", members: 3,
+			states: map[int]memberState{0: stale, 1: {ready: true, reconciling: true, unsettledFor: 11 * time.Minute}, 2: stale}, holder: "g-0",
+			stalled: true, late: "g-1"},
+		{name: "a rolled member that never becomes ready: Stalled names it", members: 2,
+			states: map[int]memberState{0: stale, 1: {unsettledFor: 11 * time.Minute}}, holder: "g-0", stalled: true, late: "g-1"},
+		{name: "a stale member past the deadline is still rolled: nothing is lost", members: 2,
+			states: map[int]memberState{0: ready, 1: {stale: true, unsettledFor: 11 * time.Minute}}, holder: "g-0", roll: "g-1", stalled: true, late: "g-1"},
+		{name: "a failure for good is named before a late member", members: 3,
+			states: map[int]memberState{0: {unsettledFor: 11 * time.Minute}, 1: {stalled: true, ready: true}, 2: ready}, holder: "g-2", stalled: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := planGroupOf(tc.members)
-			plan := planGroup(g, membersOf(g, tc.states), tc.holder, groupAddressing{})
+			plan := planGroup(g, membersOf(g, tc.states), tc.holder, groupAddressing{}, time.Now())
 			if !slices.Equal(plan.create, tc.create) {
 				t.Errorf("create %v, want %v", plan.create, tc.create)
 			}
@@ -114,6 +142,17 @@ func TestPlanGroup(t *testing.T) {
 			}
 			if (plan.stalled != nil) != tc.stalled {
 				t.Errorf("stalled %+v, want %v", plan.stalled, tc.stalled)
+			}
+			if tc.late != "" {
+				if plan.stalled == nil || plan.stalled.Reason != egressv1.GroupReasonProgressDeadlineExceeded ||
+					!strings.HasPrefix(plan.stalled.Message, "member "+tc.late+" has not been ready and settled for 11m0s (spec.progressDeadlineSeconds 600)") {
+					t.Errorf("stalled %+v, want %s named past the deadline", plan.stalled, tc.late)
+				}
+			} else if plan.stalled != nil && plan.stalled.Reason == egressv1.GroupReasonProgressDeadlineExceeded {
+				t.Errorf("stalled %+v: no member is past the deadline", plan.stalled)
+			}
+			if soon := plan.recheck > 0 && plan.recheck <= time.Minute; soon != tc.recheck {
+				t.Errorf("recheck in %s, want one within a minute: %v", plan.recheck, tc.recheck)
 			}
 		})
 	}
@@ -154,7 +193,7 @@ func TestGroupStatus(t *testing.T) {
 		return string(c.Status) + "/" + c.Reason
 	}
 	members := membersOf(g, map[int]memberState{0: {ready: true}, 1: {ready: true}})
-	st := groupStatus(g, members, planGroup(g, members, "g-1", groupAddressing{}), "g-1", nil, groupAddressing{})
+	st := groupStatus(g, members, planGroup(g, members, "g-1", groupAddressing{}, time.Now()), "g-1", nil, groupAddressing{})
 	if st.ReadyMembers != 2 || st.Holder != "g-1" || st.Endpoint != "10.0.0.1:3128" || st.ObservedGeneration != 3 ||
 		len(st.Members) != 2 || st.Members[0].Zone != "a" || st.Members[1].Zone != "b" || !st.Members[0].Current {
 		t.Errorf("status %+v", st)
@@ -165,7 +204,7 @@ func TestGroupStatus(t *testing.T) {
 	}
 
 	members = membersOf(g, map[int]memberState{0: {}, 1: {stale: true, stalled: true}})
-	st = groupStatus(g, members, planGroup(g, members, "", groupAddressing{}), "", st.Conditions, groupAddressing{})
+	st = groupStatus(g, members, planGroup(g, members, "", groupAddressing{}, time.Now()), "", st.Conditions, groupAddressing{})
 	if got := []string{cond(st, egressv1.ConditionAvailable), cond(st, egressv1.ConditionDegraded), cond(st, egressv1.ConditionReconciling), cond(st, egressv1.ConditionStalled)}; !slices.Equal(got, []string{
 		"False/NoReadyMember", "True/MembersNotReady", "True/Rolling", "True/MemberFailed"}) {
 		t.Errorf("none ready, one failed: conditions %v", got)
