@@ -89,7 +89,7 @@ func startManagerWithBackoffs(t *testing.T, providers Providers, transient, quot
 	}
 	r := &ProxyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: providers,
 		Recorder: mgr.GetEventRecorder("egress-proxies-operator"), transientBackoff: transient, quotaBackoff: quota}
-	if err := r.SetupWithManager(mgr, 2, nil); err != nil {
+	if err := r.SetupWithManager(mgr, 2, Changes{}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -28,6 +28,7 @@ import (
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/fake"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
@@ -41,7 +42,7 @@ type running struct {
 	reconciler *ProxyReconciler
 }
 
-func startManager(t *testing.T, providers Providers, maxConcurrent int, changed <-chan event.GenericEvent) *running {
+func startManager(t *testing.T, providers Providers, maxConcurrent int, changes Changes) *running {
 	t.Helper()
 	ns := newNamespace(t)
 	cfg, counter := testenv.CountingConfig(env.Config)
@@ -58,7 +59,7 @@ func startManager(t *testing.T, providers Providers, maxConcurrent int, changed 
 	}
 	rec := &countingRecorder{next: mgr.GetEventRecorder("egress-proxies-operator")}
 	r := &ProxyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: providers, Recorder: rec}
-	if err := r.SetupWithManager(mgr, maxConcurrent, changed); err != nil {
+	if err := r.SetupWithManager(mgr, maxConcurrent, changes); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -167,7 +168,7 @@ func TestLocalEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Close)
-	m := startManager(t, reg, 0, nil)
+	m := startManager(t, reg, 0, Changes{})
 
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "hello through the operator")
@@ -227,6 +228,27 @@ func TestLocalEndToEnd(t *testing.T) {
 	}
 }
 
+// TestInstanceChangeReadsTheProxyAtOnce: an instance its provider saw
+// change (Changes.Instances) has its Proxy read at once, where otherwise
+// a serving Proxy is read again only at the running resync (2 minutes).
+func TestInstanceChangeReadsTheProxyAtOnce(t *testing.T) {
+	entry, fp := fakeEntry("pool")
+	changed := make(chan event.GenericEvent, 1)
+	m := startManager(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry}}, 0, Changes{Instances: changed})
+	if m.reconciler.RunningResync < time.Minute {
+		t.Fatalf("running resync %s: the test needs the default", m.reconciler.RunningResync)
+	}
+	m.create(t, newProxy("web", "pool"))
+	px := m.waitFor(t, "web", "Ready", isReady)
+	if !fp.Backend().SetServing(px.Status.InstanceName, fake.Serving{Serving: provider.ServingNotAnswering, LastAnswered: time.Now(), Detail: "squid stopped"}) {
+		t.Fatalf("no instance %s", px.Status.InstanceName)
+	}
+	changed <- InstanceChangedEvent(px.Status.ProviderID)
+	m.waitFor(t, "web", "not answering", func(px *egressv1.Proxy) bool {
+		return px != nil && readyReason(px) == "False/"+egressv1.ReasonProxyNotAnswering
+	})
+}
+
 // TestSlowCreateDoesNotDelayOthers: a Create that hangs holds one worker;
 // the other Proxies still become Ready.
 func TestSlowCreateDoesNotDelayOthers(t *testing.T) {
@@ -234,7 +256,7 @@ func TestSlowCreateDoesNotDelayOthers(t *testing.T) {
 	slow, slowFake := fakeEntry("slow")
 	release := slowFake.Block(provider.OpCreate)
 	t.Cleanup(release)
-	m := startManager(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry, "slow": slow}}, 0, nil)
+	m := startManager(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry, "slow": slow}}, 0, Changes{})
 
 	m.create(t, newProxy("stuck", "slow"))
 	// The stuck Proxy's Create is parked (the fake counts a call before it
@@ -267,7 +289,7 @@ func TestProviderAddedReleasesWaitingProxies(t *testing.T) {
 	t.Cleanup(reg.Close)
 	changed := make(chan event.GenericEvent, 1)
 	reg.OnChange(func(names []string) { changed <- ProvidersChangedEvent(names[0]) })
-	m := startManager(t, reg, 0, changed)
+	m := startManager(t, reg, 0, Changes{Providers: changed})
 
 	m.create(t, newProxy("web", "late"))
 	m.waitFor(t, "web", "ProviderNotFound", func(p *egressv1.Proxy) bool {

@@ -62,7 +62,7 @@ func TestProxmoxClonesProvisionTogether(t *testing.T) {
 	fake := fakepve.New().Start()
 	t.Cleanup(fake.Close)
 	fake.SetTaskPolls("qmclone", clonePolls)
-	m := startManager(t, &staticProviders{entries: map[string]*registry.Entry{"pve": proxmoxEntry(t, fake, true)}}, 2, nil)
+	m := startManager(t, &staticProviders{entries: map[string]*registry.Entry{"pve": proxmoxEntry(t, fake, true)}}, 2, Changes{})
 	ctx := context.Background()
 	for i := range n {
 		m.create(t, newProxy(fmt.Sprintf("px-%d", i), "pve"))

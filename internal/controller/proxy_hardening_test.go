@@ -269,7 +269,7 @@ func TestRunningResyncIsJittered(t *testing.T) {
 func TestProvidersChangeEnqueuesOnlyItsProxies(t *testing.T) {
 	reg := registry.New(registry.DefaultTypes(), providerOptions())
 	t.Cleanup(reg.Close)
-	m := startManager(t, reg, 0, nil)
+	m := startManager(t, reg, 0, Changes{})
 	ns := m.ns
 	for _, p := range []struct{ name, provider string }{{"a1", "alpha"}, {"a2", "alpha"}, {"b1", "beta"}} {
 		m.create(t, newProxy(p.name, p.provider))

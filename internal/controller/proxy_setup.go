@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"reflect"
+	"slices"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -30,20 +31,42 @@ const providerIndex = "spec.provider"
 // minutes) never delay the other Proxies.
 const DefaultMaxConcurrentReconciles = 8
 
-// SetupWithManager registers the reconciler. providersChanged receives one
-// event per provider entry added, rebuilt or removed, named after it (see
-// ProvidersChangedEvent); the Proxies of that entry are re-evaluated.
+// instanceIndex indexes Proxies by the instances their status records as
+// current and retiring, so that an instance a provider saw change enqueues
+// its Proxy.
+const instanceIndex = "status.instances"
+
+// Changes are the channels that bring a pass outside the Proxies' own
+// watch; a nil channel brings none.
+type Changes struct {
+	// Providers receives one event per provider entry added, rebuilt or
+	// removed, named after it (ProvidersChangedEvent); the Proxies of that
+	// entry are re-evaluated.
+	Providers <-chan event.GenericEvent
+	// Instances receives one event per instance its provider saw change
+	// by itself (provider.InstanceWatcher), named by its ID
+	// (InstanceChangedEvent); its Proxy is read at once.
+	Instances <-chan event.GenericEvent
+}
+
+// SetupWithManager registers the reconciler, with the channels of changes.
 //
 // Secrets are not watched: a watch needs list and watch on every Secret of
 // the cluster. A Proxy's cloud-init Secret is read (get) on each of its
 // passes instead, so a changed Secret takes effect at the Proxy's next pass.
-func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int, providersChanged <-chan event.GenericEvent) error {
+func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int, changes Changes) error {
 	r.init()
 	if maxConcurrent <= 0 {
 		maxConcurrent = DefaultMaxConcurrentReconciles
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &egressv1.Proxy{}, providerIndex,
 		func(o client.Object) []string { return []string{o.(*egressv1.Proxy).Spec.Provider} }); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &egressv1.Proxy{}, instanceIndex, func(o client.Object) []string {
+		st := o.(*egressv1.Proxy).Status
+		return slices.DeleteFunc([]string{st.ProviderID, st.RetiringProviderID}, func(id string) bool { return id == "" })
+	}); err != nil {
 		return err
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -53,8 +76,11 @@ func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int, 
 			builder.WithPredicates(becameHealthy{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent}).
 		Named("proxy")
-	if providersChanged != nil {
-		b = b.WatchesRawSource(source.Channel(providersChanged, handler.EnqueueRequestsFromMapFunc(r.proxiesOfProvider)))
+	if changes.Providers != nil {
+		b = b.WatchesRawSource(source.Channel(changes.Providers, handler.EnqueueRequestsFromMapFunc(r.proxiesOfProvider)))
+	}
+	if changes.Instances != nil {
+		b = b.WatchesRawSource(source.Channel(changes.Instances, handler.EnqueueRequestsFromMapFunc(r.proxiesOfInstance)))
 	}
 	return b.Complete(telemetry.Reconciler(r.TracerProvider, "Proxy", r))
 }
@@ -65,6 +91,17 @@ func (r *ProxyReconciler) proxiesOfProvider(ctx context.Context, o client.Object
 	list := &egressv1.ProxyList{}
 	if err := r.Client.List(ctx, list, client.MatchingFields{providerIndex: o.GetName()}); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "listing the Proxies of a provider", "provider", o.GetName())
+		return nil
+	}
+	return requests(list)
+}
+
+// proxiesOfInstance maps an InstanceChangedEvent to the Proxy whose status
+// records that instance (none for an instance no Proxy records any more).
+func (r *ProxyReconciler) proxiesOfInstance(ctx context.Context, o client.Object) []reconcile.Request {
+	list := &egressv1.ProxyList{}
+	if err := r.Client.List(ctx, list, client.MatchingFields{instanceIndex: o.GetName()}); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "listing the Proxy of an instance", "instance", o.GetName())
 		return nil
 	}
 	return requests(list)
@@ -116,4 +153,10 @@ func (specOrLifecycleChanged) Update(e event.UpdateEvent) bool {
 // Object's Name is the entry's name.
 func ProvidersChangedEvent(name string) event.GenericEvent {
 	return event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}}}
+}
+
+// InstanceChangedEvent is the event for an instance, by its ID, that its
+// provider saw change by itself.
+func InstanceChangedEvent(id string) event.GenericEvent {
+	return event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: id}}}
 }

@@ -23,7 +23,7 @@ func TestSlowCreateHoldsNoWorker(t *testing.T) {
 	entry, fp := fakeEntry("pool")
 	hold := fp.HoldCreateWhere(func(r provider.CreateRequest) bool { return r.ProxyName == "blocked" })
 	t.Cleanup(func() { hold.Release(nil) })
-	m := startManager(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry}}, 1, nil)
+	m := startManager(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry}}, 1, Changes{})
 
 	m.create(t, newProxy("blocked", "pool"))
 	<-hold.Started()

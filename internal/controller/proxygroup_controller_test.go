@@ -83,7 +83,7 @@ func startGroupManagerOn(t *testing.T, entry *registry.Entry) (string, *groupEve
 	providers := &staticProviders{entries: map[string]*registry.Entry{entry.Name: entry}}
 	r := &ProxyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: providers,
 		Recorder: mgr.GetEventRecorder("egress-proxies-operator"), RunningResync: 100 * time.Millisecond}
-	if err := r.SetupWithManager(mgr, 4, nil); err != nil {
+	if err := r.SetupWithManager(mgr, 4, Changes{}); err != nil {
 		t.Fatal(err)
 	}
 	evs := &groupEvents{}

@@ -263,6 +263,11 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 		changes.add(changed)
 		healthLoop.Trigger()
 	})
+	// One event per instance a provider saw change by itself: its Proxy
+	// is read at once, not at its next poll.
+	instancesChanged := make(chan event.GenericEvent)
+	instanceChanges := newInstanceChanges(instancesChanged)
+	op.Registry.OnInstanceChange(func(id string) { instanceChanges.add([]string{id}) })
 
 	recorder := mgr.GetEventRecorder(Name)
 	watcher := &registry.Watcher{Registry: op.Registry, Path: o.ProvidersConfig,
@@ -284,7 +289,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 		CallTimeout:    o.ProviderCallTimeout,
 		RunningResync:  o.RunningResync,
 	}
-	if err := rec.SetupWithManager(mgr, o.MaxConcurrentReconciles, providersChanged); err != nil {
+	if err := rec.SetupWithManager(mgr, o.MaxConcurrentReconciles, controller.Changes{Providers: providersChanged, Instances: instancesChanged}); err != nil {
 		return nil, fmt.Errorf("proxy controller: %w", err)
 	}
 	groups := &controller.ProxyGroupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: rec.Providers,
@@ -316,7 +321,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	if err := healthLoop.Validate(); err != nil {
 		return nil, fmt.Errorf("health loop: %w", err)
 	}
-	for _, r := range []manager.Runnable{changes, watcher, collector, healthLoop} {
+	for _, r := range []manager.Runnable{changes, instanceChanges, watcher, collector, healthLoop} {
 		if err := mgr.Add(r); err != nil {
 			return nil, err
 		}

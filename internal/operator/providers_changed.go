@@ -9,14 +9,17 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/controller"
 )
 
-// providerChanges carries the names of changed providers-config entries
-// from the registry to the Proxy reconciler's channel, one event per name.
-// add never blocks (the registry calls it inside Apply) and never drops a
-// name: names wait here, each once, until the reconciler reads them, so a
-// name that changes again while pending needs no second event (the
-// reconciler maps it to its Proxies when it reads it).
-type providerChanges struct {
-	out chan<- event.GenericEvent
+// changeQueue carries names from the registry to one of the Proxy
+// reconciler's channels, one event per name: the names of changed
+// providers-config entries, or the IDs of instances their providers saw
+// change. add never blocks (the registry calls it inside Apply, a
+// provider from its own goroutines) and never drops a name: names wait
+// here, each once, until the reconciler reads them, so a name that changes
+// again while pending needs no second event (the reconciler maps it to
+// its Proxies when it reads it).
+type changeQueue struct {
+	out   chan<- event.GenericEvent
+	event func(name string) event.GenericEvent
 
 	mu      sync.Mutex
 	pending []string
@@ -24,12 +27,19 @@ type providerChanges struct {
 	wake    chan struct{}
 }
 
-func newProviderChanges(out chan<- event.GenericEvent) *providerChanges {
-	return &providerChanges{out: out, queued: map[string]bool{}, wake: make(chan struct{}, 1)}
+// newProviderChanges queues names of changed providers-config entries.
+func newProviderChanges(out chan<- event.GenericEvent) *changeQueue {
+	return &changeQueue{out: out, event: controller.ProvidersChangedEvent, queued: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
-// add queues names; it is the registry's OnChange listener.
-func (q *providerChanges) add(names []string) {
+// newInstanceChanges queues IDs of instances their providers saw change.
+func newInstanceChanges(out chan<- event.GenericEvent) *changeQueue {
+	return &changeQueue{out: out, event: controller.InstanceChangedEvent, queued: map[string]bool{}, wake: make(chan struct{}, 1)}
+}
+
+// add queues names; it is the registry's OnChange listener (and, one name
+// at a time, its OnInstanceChange listener).
+func (q *changeQueue) add(names []string) {
 	q.mu.Lock()
 	for _, n := range names {
 		if !q.queued[n] {
@@ -45,7 +55,7 @@ func (q *providerChanges) add(names []string) {
 }
 
 // next takes the oldest pending name.
-func (q *providerChanges) next() (string, bool) {
+func (q *changeQueue) next() (string, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.pending) == 0 {
@@ -59,7 +69,7 @@ func (q *providerChanges) next() (string, bool) {
 
 // Start sends the pending names until ctx ends; it implements
 // manager.Runnable.
-func (q *providerChanges) Start(ctx context.Context) error {
+func (q *changeQueue) Start(ctx context.Context) error {
 	for {
 		name, ok := q.next()
 		if !ok {
@@ -71,7 +81,7 @@ func (q *providerChanges) Start(ctx context.Context) error {
 			}
 		}
 		select {
-		case q.out <- controller.ProvidersChangedEvent(name):
+		case q.out <- q.event(name):
 		case <-ctx.Done():
 			return nil
 		}
@@ -81,4 +91,4 @@ func (q *providerChanges) Start(ctx context.Context) error {
 // NeedLeaderElection is false: names pile up (each once) on a standby too,
 // and reach the reconciler when it starts, which re-reads every Proxy then
 // anyway.
-func (q *providerChanges) NeedLeaderElection() bool { return false }
+func (q *changeQueue) NeedLeaderElection() bool { return false }

@@ -112,7 +112,8 @@ func (p *Provider) start(ctx context.Context, log logr.Logger, in *instance, por
 	p.servers.Add(1)
 	in.ip = ip
 	p.bound[ip] = in
-	in.srv = newServer(ln, a, p.upstream, serverLogger(log, ip, port), p.servers.Done)
+	id := instanceID(in.name)
+	in.srv = newServer(ln, a, p.upstream, serverLogger(log, ip, port), p.servers.Done, func() { p.changed(id) })
 	log.V(2).Info("listening", "address", ln.Addr().String(), "range", p.cidr.String(),
 		"allowedSourceRanges", a.String())
 	return nil

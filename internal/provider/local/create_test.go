@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
@@ -172,6 +173,37 @@ func TestDeadListenerReadsStoppedAndRestarts(t *testing.T) {
 	again := mustCreate(t, p, req)
 	if again.State != provider.StateRunning {
 		t.Errorf("Create after the listener died = %+v, want Running", again)
+	}
+}
+
+// The watcher (provider.InstanceWatcher) is told of a listener that died
+// on its own, at once, and not of one that Delete closed: its caller knows.
+func TestWatchInstancesToldOfADeadListenerOnly(t *testing.T) {
+	p := newTestProvider(t, testInstallation, 24)
+	changed := make(chan string, 4)
+	p.WatchInstances(func(id string) { changed <- id })
+	diesReq := request("dies")
+	dies, deleted := mustCreate(t, p, diesReq), mustCreate(t, p, request("deleted"))
+
+	if err := p.Delete(context.Background(), deleted.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Delete returned once its server had drained: a callback would have
+	// run by now.
+	if len(changed) != 0 {
+		t.Fatalf("told of %q, closed by Delete", <-changed)
+	}
+	p.mu.Lock()
+	srv := p.instances[diesReq.Name].srv
+	p.mu.Unlock()
+	_ = srv.ln.Close() // behind the server's back
+	select {
+	case id := <-changed:
+		if id != dies.ID {
+			t.Fatalf("told of %q, want %q", id, dies.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not told of the listener that died")
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -60,6 +61,9 @@ type Provider struct {
 	// refuses an internal echo to a proxy's clients, would refuse it).
 	echo *echowatch.Watch
 
+	// watch is the registry's InstanceWatcher callback (nil until set):
+	// told when a listener stops by itself.
+	watch atomic.Pointer[func(id string)]
 	// fault is a test seam consulted at the start of every operation: a
 	// non-nil error fails the call (see conformance_test.go). Nil in
 	// production.
@@ -146,6 +150,18 @@ func (p *Provider) Close() error {
 	// this Wait cannot race an Add.
 	p.servers.Wait()
 	return nil
+}
+
+// WatchInstances implements provider.InstanceWatcher: a listener that
+// stops by itself (its instance reads Stopped from then on) is told at
+// once.
+func (p *Provider) WatchInstances(changed func(id string)) { p.watch.Store(&changed) }
+
+// changed tells the watcher, if any, that instance id changed.
+func (p *Provider) changed(id string) {
+	if f := p.watch.Load(); f != nil {
+		(*f)(id)
+	}
 }
 
 // instanceID is the ID of the instance named name.

@@ -163,8 +163,9 @@ type server struct {
 }
 
 // newServer starts serving ln at once. onDone runs when the server has
-// finished draining after close.
-func newServer(ln net.Listener, a *acl, up upstream, logger logr.Logger, onDone func()) *server {
+// finished draining after close; onStop (nil: none) when the listener
+// stops without close.
+func newServer(ln net.Listener, a *acl, up upstream, logger logr.Logger, onDone, onStop func()) *server {
 	if a.policy == nil {
 		a.policy = egress.Default()
 	}
@@ -193,6 +194,9 @@ func newServer(ln net.Listener, a *acl, up upstream, logger logr.Logger, onDone 
 			// Not asked to stop: Get now reports the instance Stopped and
 			// Check names it, so say why once.
 			s.log.V(1).Info("listener stopped", "error", err.Error())
+			if onStop != nil {
+				onStop()
+			}
 		}
 	}()
 	return s

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,5 +100,41 @@ func TestEntriesAreBehindTheMethodBoundary(t *testing.T) {
 	}
 	if _, ok := provider.Unwrap(e.Provider).(*failingStub); !ok {
 		t.Errorf("Unwrap reaches %T, want the provider itself", provider.Unwrap(e.Provider))
+	}
+}
+
+// watchingStub sees its instances change (provider.InstanceWatcher).
+type watchingStub struct {
+	stub
+	changed func(id string)
+}
+
+func (w *watchingStub) WatchInstances(changed func(id string)) { w.changed = changed }
+
+// A provider that watches its instances is given, as it is built, a
+// callback that reaches every OnInstanceChange listener, rebuilt entries'
+// providers included.
+func TestInstanceChangesReachTheListeners(t *testing.T) {
+	var built []*watchingStub
+	types := map[string]Type{"watching": descriptor.TypeOf(parseStub, func(name string, _ stubConfig, _ provider.Options) (*watchingStub, error) {
+		w := &watchingStub{stub: stub{name: name}}
+		built = append(built, w)
+		return w, nil
+	}, 0)}
+	r := New(types, provider.Options{})
+	t.Cleanup(r.Close)
+	var heard []string
+	r.OnInstanceChange(func(id string) { heard = append(heard, "a:"+id) })
+	r.OnInstanceChange(func(id string) { heard = append(heard, "b:"+id) })
+	if err := r.Apply(entries(t, r, "providers:\n- {name: one, type: watching}\n- {name: two, type: watching}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if len(built) != 2 || built[0].changed == nil || built[1].changed == nil {
+		t.Fatalf("built %d providers, callbacks %v", len(built), built)
+	}
+	built[0].changed("vm-1")
+	built[1].changed("vm-2")
+	if want := []string{"a:vm-1", "b:vm-1", "a:vm-2", "b:vm-2"}; !slices.Equal(heard, want) {
+		t.Errorf("listeners heard %q, want %q", heard, want)
 	}
 }

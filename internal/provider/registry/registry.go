@@ -104,6 +104,12 @@ type Registry struct {
 	entries map[string]*Entry
 	changed []func(changed []string)
 
+	// instanceChanges are the OnInstanceChange listeners, under their own
+	// lock: a provider calls them from its goroutines, which a Close
+	// under mu may be waiting for.
+	watchMu         sync.Mutex
+	instanceChanges []func(id string)
+
 	// draining counts retired entries waiting for their calls to end;
 	// stop, closed by Close, ends the wait.
 	draining sync.WaitGroup
@@ -293,6 +299,9 @@ func (r *Registry) build(name, typ string, settings any) (*Entry, error) {
 	if c, ok := p.(io.Closer); ok {
 		e.closer = c
 	}
+	if w, ok := p.(provider.InstanceWatcher); ok {
+		w.WatchInstances(r.instanceChanged)
+	}
 	b := provider.WithBoundary(name, typ, p)
 	e.Provider = &counted{inner: b.Provider, calls: e.calls}
 	if b.Checker != nil {
@@ -396,6 +405,26 @@ func (r *Registry) OnChange(f func(changed []string)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.changed = append(r.changed, f)
+}
+
+// OnInstanceChange registers f to run with an instance's ID each time its
+// provider sees it change by itself (provider.InstanceWatcher), so that
+// its Proxy is read at once. f runs on the provider's goroutine: it must
+// not block.
+func (r *Registry) OnInstanceChange(f func(id string)) {
+	r.watchMu.Lock()
+	defer r.watchMu.Unlock()
+	r.instanceChanges = append(r.instanceChanges, f)
+}
+
+// instanceChanged tells the OnInstanceChange listeners.
+func (r *Registry) instanceChanged(id string) {
+	r.watchMu.Lock()
+	fs := r.instanceChanges
+	r.watchMu.Unlock()
+	for _, f := range fs {
+		f(id)
+	}
 }
 
 // Close closes every provider, those still draining after a change
