@@ -224,3 +224,26 @@ func (in *instance) view() provider.Instance {
 	}
 	return v
 }
+
+// StopListener closes the listener of instance id behind the provider's
+// back, as a listener that failed would stop: its instance reads Stopped,
+// the watcher is told, and Create starts it again. It is for fault drills
+// (test/drills); false when there is no such listener.
+func (p *Provider) StopListener(id string) bool {
+	name, err := parseID(id)
+	if err != nil {
+		return false
+	}
+	p.mu.Lock()
+	in, ok := p.instances[name]
+	var srv *server
+	if ok {
+		srv = in.srv
+	}
+	p.mu.Unlock()
+	if srv == nil {
+		return false
+	}
+	_ = srv.ln.Close() // Serve returns on its own, as on a failure
+	return true
+}
