@@ -88,20 +88,20 @@ func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int, 
 // proxiesOfProvider maps an object named after a provider entry (a
 // ProviderHealth, a ProvidersChangedEvent) to that entry's Proxies.
 func (r *ProxyReconciler) proxiesOfProvider(ctx context.Context, o client.Object) []reconcile.Request {
-	list := &egressv1.ProxyList{}
-	if err := r.Client.List(ctx, list, client.MatchingFields{providerIndex: o.GetName()}); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "listing the Proxies of a provider", "provider", o.GetName())
-		return nil
-	}
-	return requests(list)
+	return r.proxiesBy(ctx, providerIndex, o.GetName())
 }
 
 // proxiesOfInstance maps an InstanceChangedEvent to the Proxy whose status
 // records that instance (none for an instance no Proxy records any more).
 func (r *ProxyReconciler) proxiesOfInstance(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.proxiesBy(ctx, instanceIndex, o.GetName())
+}
+
+// proxiesBy lists the Proxies whose index holds value, as requests.
+func (r *ProxyReconciler) proxiesBy(ctx context.Context, index, value string) []reconcile.Request {
 	list := &egressv1.ProxyList{}
-	if err := r.Client.List(ctx, list, client.MatchingFields{instanceIndex: o.GetName()}); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "listing the Proxy of an instance", "instance", o.GetName())
+	if err := r.Client.List(ctx, list, client.MatchingFields{index: value}); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "listing the Proxies to read again", "index", index, "value", value)
 		return nil
 	}
 	return requests(list)
