@@ -11,8 +11,9 @@ package provider
 // the provider misses costs only time: the polls still find it.
 type InstanceWatcher interface {
 	// WatchInstances registers changed, which the provider calls with an
-	// instance's ID each time it sees that instance change by itself (not
-	// through one of its own calls, whose caller knows). changed never
-	// blocks. The registry calls it once, before any other call.
+	// instance's ID each time it sees that instance change by itself; the
+	// changes of its own calls, whose caller knows, need not be told
+	// (telling them costs one pass). changed never blocks. The registry
+	// calls it once, before any other call.
 	WatchInstances(changed func(id string))
 }

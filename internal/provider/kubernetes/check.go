@@ -23,10 +23,32 @@ const checkTarget = "apiserver"
 // get and create (Create, adoption), patch (adoption fills in an empty UID
 // label), list (ListByTag lists the Pods, ListSecondary the Services and
 // ConfigMaps) and delete.
+// The instance watch adds watch on pods.
 var (
-	neededVerbs     = []string{"get", "list", "create", "patch", "delete"}
-	neededResources = []groupResource{{"", "pods"}, {"", "services"}, {"", "configmaps"}, {"", "secrets"}, {"networking.k8s.io", "networkpolicies"}}
+	neededVerbs      = []string{"get", "list", "create", "patch", "delete"}
+	neededResources  = []groupResource{{"", "pods"}, {"", "services"}, {"", "configmaps"}, {"", "secrets"}, {"networking.k8s.io", "networkpolicies"}}
+	watchedResources = []groupResource{{"", "pods"}}
 )
+
+// neededPermissions is every verb on every resource the provider uses.
+func neededPermissions() []permission {
+	var out []permission
+	for _, r := range neededResources {
+		for _, verb := range neededVerbs {
+			out = append(out, permission{verb, r})
+		}
+	}
+	for _, r := range watchedResources {
+		out = append(out, permission{"watch", r})
+	}
+	return out
+}
+
+// permission is a verb on a resource.
+type permission struct {
+	verb string
+	groupResource
+}
 
 // groupResource is a resource of an API group ("" is the core group).
 type groupResource struct{ group, resource string }
@@ -97,18 +119,16 @@ func (p *Provider) check(ctx context.Context) provider.CheckResult {
 // the API server denies.
 func (p *Provider) missingPermissions(ctx context.Context, c clientset.Interface, ns string) ([]string, error) {
 	var missing []string
-	for _, r := range neededResources {
-		for _, verb := range neededVerbs {
-			review := &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{
-				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: r.group, Resource: r.resource},
-			}}
-			got, err := c.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
-			if err != nil {
-				return nil, err
-			}
-			if !got.Status.Allowed {
-				missing = append(missing, verb+" "+r.resource)
-			}
+	for _, n := range neededPermissions() {
+		review := &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: n.verb, Group: n.group, Resource: n.resource},
+		}}
+		got, err := c.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if !got.Status.Allowed {
+			missing = append(missing, n.verb+" "+n.resource)
 		}
 	}
 	return missing, nil

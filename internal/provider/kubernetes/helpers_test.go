@@ -107,6 +107,9 @@ func newAPIProvider(t *testing.T, installation string, cfg Config, rc *rest.Conf
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its watch, if started, holds a request open that the API server
+	// would wait for when it stops.
+	t.Cleanup(func() { _ = p.Close() })
 	return p
 }
 

@@ -59,8 +59,8 @@ const (
 )
 
 // Provider runs instances as Pods. It implements provider.Provider,
-// provider.Checker, provider.SecondaryLister and io.Closer (the echo's
-// observations).
+// provider.Checker, provider.SecondaryLister, provider.InstanceWatcher (a
+// watch of its Pods) and io.Closer (the watch, the echo's observations).
 type Provider struct {
 	name string
 	opts provider.Options
@@ -81,6 +81,8 @@ type Provider struct {
 	// echoes observe the running Pods' egress address when the entry
 	// names an egressIPEcho (echo.go).
 	echoes echoes
+	// pods is the instance watch (watch.go).
+	pods podWatch
 
 	mu     sync.Mutex
 	client clientset.Interface
@@ -171,6 +173,9 @@ func (p *Provider) begin(ctx context.Context, op string) (clientset.Interface, e
 		return nil, err
 	}
 	c, err := p.clientFor()
+	if err == nil {
+		p.startWatch(c)
+	}
 	if err != nil || op != provider.OpCheck {
 		return c, err
 	}

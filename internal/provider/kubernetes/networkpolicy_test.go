@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -247,14 +248,12 @@ func TestLeastPrivilege_ProviderRBACIsNamespaced(t *testing.T) {
 	for _, cr := range wide {
 		wideRules = append(wideRules, cr.Rules...)
 	}
-	for _, r := range neededResources {
-		for _, verb := range neededVerbs {
-			if !grants(roles[0].Rules, r.group, r.resource, verb) {
-				t.Errorf("the default component's Role does not grant %s %s", verb, r.resource)
-			}
-			if !grants(wideRules, r.group, r.resource, verb) {
-				t.Errorf("the cluster-wide variant does not grant %s %s", verb, r.resource)
-			}
+	for _, n := range neededPermissions() {
+		if !grants(roles[0].Rules, n.group, n.resource, n.verb) {
+			t.Errorf("the default component's Role does not grant %s %s", n.verb, n.resource)
+		}
+		if !grants(wideRules, n.group, n.resource, n.verb) {
+			t.Errorf("the cluster-wide variant does not grant %s %s", n.verb, n.resource)
 		}
 	}
 
@@ -296,6 +295,13 @@ func TestLeastPrivilege_ProviderRBACIsNamespaced(t *testing.T) {
 		}
 	}
 	p := newAPIProvider(t, "inst", Config{Namespace: ns}, u.Config())
+	changed := make(chan string, 16)
+	p.WatchInstances(func(id string) {
+		select {
+		case changed <- id:
+		default: // never blocks
+		}
+	})
 	res := p.Check(ctx)
 	if !res.Healthy || res.Details["missing"] != "none" {
 		t.Errorf("Check with the component's Role in %s: %+v, want Healthy", ns, res)
@@ -308,6 +314,30 @@ func TestLeastPrivilege_ProviderRBACIsNamespaced(t *testing.T) {
 	if list, err := p.ListByTag(ctx); err != nil || len(list) != 1 || list[0].ID != inst.ID {
 		t.Errorf("ListByTag with the component's Role: %v, %v", list, err)
 	}
+	// The instance watch, with the component's rights: the Pod changed
+	// behind the provider's back (here its readiness, as a kubelet would
+	// write it) is told.
+	podNS, podName, _ := parseID(inst.ID)
+	pod, err := cs.CoreV1().Pods(podNS).Get(ctx, podName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady"})
+	if _, err := cs.CoreV1().Pods(podNS).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.EventuallyNil(t, "the watch told of the Pod's change", func() error {
+		for {
+			select {
+			case id := <-changed:
+				if id == inst.ID {
+					return nil
+				}
+			default:
+				return fmt.Errorf("not told of %s", inst.ID)
+			}
+		}
+	})
 	if err := p.Delete(ctx, inst.ID); err != nil {
 		t.Errorf("Delete with the component's Role: %v", err)
 	}
