@@ -243,7 +243,7 @@ func TestInstanceChangeReadsTheProxyAtOnce(t *testing.T) {
 	if !fp.Backend().SetServing(px.Status.InstanceName, fake.Serving{Serving: provider.ServingNotAnswering, LastAnswered: time.Now(), Detail: "squid stopped"}) {
 		t.Fatalf("no instance %s", px.Status.InstanceName)
 	}
-	changed <- InstanceChangedEvent(px.Status.ProviderID)
+	changed <- ChangedEvent(px.Status.ProviderID)
 	m.waitFor(t, "web", "not answering", func(px *egressv1.Proxy) bool {
 		return px != nil && readyReason(px) == "False/"+egressv1.ReasonProxyNotAnswering
 	})
@@ -288,7 +288,7 @@ func TestProviderAddedReleasesWaitingProxies(t *testing.T) {
 	reg := registry.New(registry.DefaultTypes(), providerOptions())
 	t.Cleanup(reg.Close)
 	changed := make(chan event.GenericEvent, 1)
-	reg.OnChange(func(names []string) { changed <- ProvidersChangedEvent(names[0]) })
+	reg.OnChange(func(names []string) { changed <- ChangedEvent(names[0]) })
 	m := startManager(t, reg, 0, Changes{Providers: changed})
 
 	m.create(t, newProxy("web", "late"))

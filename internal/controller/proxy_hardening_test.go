@@ -280,7 +280,7 @@ func TestProvidersChangeEnqueuesOnlyItsProxies(t *testing.T) {
 		return rec.Client.List(context.Background(), list, client.InNamespace(ns)) == nil && len(list.Items) == 3
 	})
 	got := map[string]bool{}
-	for _, r := range rec.proxiesOfProvider(context.Background(), ProvidersChangedEvent("alpha").Object) {
+	for _, r := range rec.proxiesOfProvider(context.Background(), ChangedEvent("alpha").Object) {
 		if r.Namespace == ns {
 			got[r.Name] = true
 		}

@@ -40,12 +40,12 @@ const instanceIndex = "status.instances"
 // watch; a nil channel brings none.
 type Changes struct {
 	// Providers receives one event per provider entry added, rebuilt or
-	// removed, named after it (ProvidersChangedEvent); the Proxies of that
+	// removed, named after it (ChangedEvent); the Proxies of that
 	// entry are re-evaluated.
 	Providers <-chan event.GenericEvent
 	// Instances receives one event per instance its provider saw change
 	// by itself (provider.InstanceWatcher), named by its ID
-	// (InstanceChangedEvent); its Proxy is read at once.
+	// (ChangedEvent); its Proxy is read at once.
 	Instances <-chan event.GenericEvent
 }
 
@@ -86,12 +86,12 @@ func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int, 
 }
 
 // proxiesOfProvider maps an object named after a provider entry (a
-// ProviderHealth, a ProvidersChangedEvent) to that entry's Proxies.
+// ProviderHealth, a ChangedEvent of Changes.Providers) to that entry's Proxies.
 func (r *ProxyReconciler) proxiesOfProvider(ctx context.Context, o client.Object) []reconcile.Request {
 	return r.proxiesBy(ctx, providerIndex, o.GetName())
 }
 
-// proxiesOfInstance maps an InstanceChangedEvent to the Proxy whose status
+// proxiesOfInstance maps a ChangedEvent of Changes.Instances to the Proxy whose status
 // records that instance (none for an instance no Proxy records any more).
 func (r *ProxyReconciler) proxiesOfInstance(ctx context.Context, o client.Object) []reconcile.Request {
 	return r.proxiesBy(ctx, instanceIndex, o.GetName())
@@ -148,15 +148,9 @@ func (specOrLifecycleChanged) Update(e event.UpdateEvent) bool {
 		!reflect.DeepEqual(o.GetAnnotations(), n.GetAnnotations())
 }
 
-// ProvidersChangedEvent is the event sent on the providers-changed channel
-// for the providers-config entry name (added, rebuilt or removed): its
-// Object's Name is the entry's name.
-func ProvidersChangedEvent(name string) event.GenericEvent {
+// ChangedEvent is the event sent on a channel of Changes for name (a
+// providers-config entry added, rebuilt or removed; an instance's ID): its
+// Object's Name is name, which the channel's map function reads.
+func ChangedEvent(name string) event.GenericEvent {
 	return event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}}}
-}
-
-// InstanceChangedEvent is the event for an instance, by its ID, that its
-// provider saw change by itself.
-func InstanceChangedEvent(id string) event.GenericEvent {
-	return event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: id}}}
 }

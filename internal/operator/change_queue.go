@@ -18,8 +18,7 @@ import (
 // again while pending needs no second event (the reconciler maps it to
 // its Proxies when it reads it).
 type changeQueue struct {
-	out   chan<- event.GenericEvent
-	event func(name string) event.GenericEvent
+	out chan<- event.GenericEvent
 
 	mu      sync.Mutex
 	pending []string
@@ -27,14 +26,8 @@ type changeQueue struct {
 	wake    chan struct{}
 }
 
-// newProviderChanges queues names of changed providers-config entries.
-func newProviderChanges(out chan<- event.GenericEvent) *changeQueue {
-	return &changeQueue{out: out, event: controller.ProvidersChangedEvent, queued: map[string]bool{}, wake: make(chan struct{}, 1)}
-}
-
-// newInstanceChanges queues IDs of instances their providers saw change.
-func newInstanceChanges(out chan<- event.GenericEvent) *changeQueue {
-	return &changeQueue{out: out, event: controller.InstanceChangedEvent, queued: map[string]bool{}, wake: make(chan struct{}, 1)}
+func newChangeQueue(out chan<- event.GenericEvent) *changeQueue {
+	return &changeQueue{out: out, queued: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
 // add queues names; it is the registry's OnChange listener (and, one name
@@ -81,7 +74,7 @@ func (q *changeQueue) Start(ctx context.Context) error {
 			}
 		}
 		select {
-		case q.out <- q.event(name):
+		case q.out <- controller.ChangedEvent(name):
 		case <-ctx.Done():
 			return nil
 		}

@@ -15,7 +15,7 @@ import (
 // telling a change never blocks (Apply runs the listeners inline).
 func TestProvidersConfigChangeDeliversEveryChangedName(t *testing.T) {
 	out := make(chan event.GenericEvent) // unbuffered, and not read yet
-	q := newProviderChanges(out)
+	q := newChangeQueue(out)
 	const n = 50
 	for i := 0; i < n; i++ { // would block on the first send if add sent
 		q.add([]string{fmt.Sprintf("p%02d", i), "shared"})

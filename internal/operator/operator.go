@@ -256,7 +256,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	// One event per changed entry, each delivered: the reconciler
 	// re-evaluates the Proxies of that entry only.
 	providersChanged := make(chan event.GenericEvent)
-	changes := newProviderChanges(providersChanged)
+	changes := newChangeQueue(providersChanged)
 	healthLoop := &health.Loop{Client: mgr.GetClient(), Providers: op.Registry, TracerProvider: tp, Installation: o.InstallationID,
 		Interval: o.HealthInterval, Timeout: o.HealthTimeout, Heartbeat: o.HealthHeartbeat}
 	op.Registry.OnChange(func(changed []string) {
@@ -266,7 +266,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 	// One event per instance a provider saw change by itself: its Proxy
 	// is read at once, not at its next poll.
 	instancesChanged := make(chan event.GenericEvent)
-	instanceChanges := newInstanceChanges(instancesChanged)
+	instanceChanges := newChangeQueue(instancesChanged)
 	op.Registry.OnInstanceChange(func(id string) { instanceChanges.add([]string{id}) })
 
 	recorder := mgr.GetEventRecorder(Name)

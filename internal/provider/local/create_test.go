@@ -182,8 +182,7 @@ func TestWatchInstancesToldOfADeadListenerOnly(t *testing.T) {
 	p := newTestProvider(t, testInstallation, 24)
 	changed := make(chan string, 4)
 	p.WatchInstances(func(id string) { changed <- id })
-	diesReq := request("dies")
-	dies, deleted := mustCreate(t, p, diesReq), mustCreate(t, p, request("deleted"))
+	dies, deleted := mustCreate(t, p, request("dies")), mustCreate(t, p, request("deleted"))
 
 	if err := p.Delete(context.Background(), deleted.ID); err != nil {
 		t.Fatal(err)
@@ -193,10 +192,9 @@ func TestWatchInstancesToldOfADeadListenerOnly(t *testing.T) {
 	if len(changed) != 0 {
 		t.Fatalf("told of %q, closed by Delete", <-changed)
 	}
-	p.mu.Lock()
-	srv := p.instances[diesReq.Name].srv
-	p.mu.Unlock()
-	_ = srv.ln.Close() // behind the server's back
+	if !p.StopListener(dies.ID) { // behind the server's back
+		t.Fatalf("no listener for %s", dies.ID)
+	}
 	select {
 	case id := <-changed:
 		if id != dies.ID {
