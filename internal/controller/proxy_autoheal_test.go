@@ -132,6 +132,49 @@ func TestAutoheal_OnceForAReplacementThatHasNotAnsweredYet(t *testing.T) {
 	}
 }
 
+// TestAutoheal_NotForAReplacementThatAnsweredOnlyWhileStarting: the
+// replacement's guest answered while cloud-init ran, then cloud-init's last
+// step restarted Squid and a report caught it down with cloud-init done
+// (the reporter asked the proxy before it asked cloud-init). The Proxy
+// never showed that instance serving: it is starting, not stopped
+// answering since its last answer, so it is not autohealed again (the
+// libvirt end-to-end test's autoheals 2 of 2026-12-03, 1066 s).
+func TestAutoheal_NotForAReplacementThatAnsweredOnlyWhileStarting(t *testing.T) {
+	d, fp, clock := newHealing(t, autoheal(time.Minute, 1))
+	fp.SetProvisioningGets(0)
+	d.create(newProxy("web", "pool"))
+	first := d.reconcileUntil("web", 3, "Ready", hasReason("True/Running"))
+	stopAnswering(t, fp, first)
+	d.reconcile("web")
+	fp.Backend().SetCreatedServing(fake.Serving{Serving: provider.ServingNotAnswering, Detail: "not answering yet (cloud-init: running)"})
+	clock.advance(2 * time.Minute)
+	d.reconcile("web")
+	if px := d.get("web"); px.Status.Autoheals != 1 {
+		t.Fatalf("not autohealed: %+v", px.Status)
+	}
+	healed := d.reconcileUntil("web", 3, "the replacement starting", func(px *egressv1.Proxy) bool {
+		return px.Status.InstanceName != first.Status.InstanceName && readyReason(px) == "False/"+egressv1.ReasonProxyStarting
+	})
+	// The report after cloud-init's restart of Squid: done, not answering,
+	// last answered while cloud-init ran, longer ago than
+	// replaceUnhealthyAfter by the operator's clock.
+	fp.Backend().SetServing(healed.Status.InstanceName, fake.Serving{Serving: provider.ServingNotAnswering,
+		Detail: "it last answered at an earlier report (cloud-init: done)", LastAnswered: clock.now.Add(-90 * time.Second)})
+	for i := 0; i < 3; i++ {
+		clock.advance(30 * time.Second)
+		d.reconcile("web")
+		px := d.get("web")
+		if px.Status.Autoheals != 1 || px.Status.InstanceName != healed.Status.InstanceName || readyReason(px) != "False/"+egressv1.ReasonProxyStarting {
+			t.Fatalf("pass %d on the replacement that answered only while starting: autoheals %d, instance %s (was %s), Ready %s (%s)", i+1,
+				px.Status.Autoheals, px.Status.InstanceName, healed.Status.InstanceName, readyReason(px), conditionMessage(px))
+		}
+	}
+	fp.Backend().SetServing(healed.Status.InstanceName, fake.Serving{Serving: provider.ServingAnswering, LastAnswered: clock.now})
+	if px := d.reconcileUntil("web", 3, "Ready on the replacement", hasReason("True/Running")); px.Status.Autoheals != 1 {
+		t.Fatalf("Ready with autoheals %d", px.Status.Autoheals)
+	}
+}
+
 // TestAutoheal_BoundedPerEntry: with maxConcurrent 1, a second Proxy that
 // stopped answering waits until the first serves again.
 func TestAutoheal_BoundedPerEntry(t *testing.T) {

@@ -212,7 +212,7 @@ func (o observation) notAnswering() shown {
 		return o.notServing(egressv1.ReasonCloudInitFailed,
 			fmt.Sprintf("instance %s runs at %s, its cloud-init failed and its proxy does not answer: %s; it is not replaced until the Proxy's spec or user-data changes",
 				inst.ID, inst.IP, inst.SetupError), o.unlessServing(egressv1.PhaseFailed))
-	case !inst.LastAnswered.IsZero() || o.stoppedAnswering():
+	case o.stoppedAnswering():
 		return o.notServing(egressv1.ReasonProxyNotAnswering,
 			fmt.Sprintf("instance %s at %s stopped answering%s", inst.ID, inst.IP, detail), "")
 	}
@@ -226,11 +226,15 @@ func (o observation) notAnswering() shown {
 }
 
 // stoppedAnswering: the Proxy showed this instance serving, or already
-// showed it stopped, for signals that do not say when the proxy last
-// answered (a Pod's readiness). A reason the condition carries over from
-// the instance this one replaced is not this one's: an autohealed Proxy's
-// replacement that has not answered yet is starting, not down since its
-// predecessor went down (which would autoheal it again at once).
+// showed it stopped. Only then is it down rather than starting, whatever
+// the signal says of its last answer: a guest answers while cloud-init
+// runs, and cloud-init's last step restarts Squid, so a report may catch
+// it down with cloud-init done and an answer of minutes ago, which
+// would autoheal a replacement that never served (the libvirt end-to-end
+// test's autoheals 2). A reason the condition carries over from the
+// instance this one replaced is not this one's either: an autohealed
+// Proxy's replacement that has not answered yet is starting, not down
+// since its predecessor went down.
 func (o observation) stoppedAnswering() bool {
 	if o.fresh || o.rec.current != o.inst.ID {
 		return false

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -48,6 +49,9 @@ func poll(t testing.TB, timeout time.Duration, what string, cond func() error) {
 			return
 		}
 		if time.Now().After(deadline) {
+			if f, ok := beforeTimeout.Load(t); ok {
+				f.(func())()
+			}
 			t.Fatalf("%s: not reached within %s: %v", what, timeout, err)
 		}
 		time.Sleep(wait)
@@ -55,4 +59,17 @@ func poll(t testing.TB, timeout time.Duration, what string, cond func() error) {
 			wait *= 2 // quick for fast conditions, gentle on a busy API server
 		}
 	}
+}
+
+// beforeTimeout holds, per test, what BeforeTimeout registered.
+var beforeTimeout sync.Map
+
+// BeforeTimeout registers f to run when a poll of t times out, just before
+// the failure is reported: what f prints (an operator's log) then comes
+// before the failure line instead of burying it, so the line that says
+// what was not reached ends the test's output, where a truncated CI log
+// still shows it.
+func BeforeTimeout(t testing.TB, f func()) {
+	beforeTimeout.Store(t, f)
+	t.Cleanup(func() { beforeTimeout.Delete(t) })
 }

@@ -57,3 +57,27 @@ func TestEventuallyNilWithinUsesItsBound(t *testing.T) {
 		t.Fatalf("failure message %q does not name the given bound", r.failed)
 	}
 }
+
+// TestBeforeTimeoutRunsBeforeTheFailure: what BeforeTimeout registered
+// runs once a poll times out, before the failure is reported, and not
+// when the poll succeeds.
+func TestBeforeTimeoutRunsBeforeTheFailure(t *testing.T) {
+	r := &recorder{TB: t}
+	var order []string
+	BeforeTimeout(r, func() { order = append(order, "dump:"+r.failed) })
+	EventuallyNilWithin(r, time.Second, "at once", func() error { return nil })
+	if len(order) != 0 {
+		t.Fatalf("ran after a poll that succeeded: %q", order)
+	}
+	func() {
+		defer func() {
+			if v := recover(); v != nil && v != r {
+				panic(v)
+			}
+		}()
+		EventuallyNilWithin(r, 20*time.Millisecond, "never", func() error { return errors.New("still broken") })
+	}()
+	if len(order) != 1 || order[0] != "dump:" || r.failed == "" {
+		t.Fatalf("ran %q with the failure %q; want it once, before the failure was reported", order, r.failed)
+	}
+}

@@ -86,6 +86,31 @@ metadata=${EGRESS_PROXY_METADATA:-169.254.169.254:80}
 
 last() { sed -n "s/^$1=//p" "$report" 2>/dev/null | head -n 1; }
 now=$(date +%s)
+version=$(squid -v 2>/dev/null | sed -n '1s/^.*Version //p')
+# cloud-init status is Python, seconds under emulation: asked while
+# cloud-init runs, kept once it is final (until a reboot clears /run).
+# Asked before the proxy, so that "done" was true when the proxy was
+# asked: cloud-init's last step restarts Squid, and a proxy asked first,
+# during that restart, would be reported down with cloud-init done.
+ci=
+ci_error=
+ci_final="$(dirname "$report")/cloud-init-final"
+if [ -s "$ci_final" ]; then
+	{ IFS= read -r ci; IFS= read -r ci_error; } <"$ci_final"
+elif command -v cloud-init >/dev/null 2>&1; then
+	long=$(cloud-init status --long 2>/dev/null)
+	ci=$(printf '%s\n' "$long" | awk '@STATUS_AWK@')
+	if [ "$ci" = error ]; then
+		ci_error=$(printf '%s\n' "$long" | awk '@ERROR_AWK@' | tr -cd '[:print:]' | cut -c1-@MAXERR@)
+	fi
+	case $ci in
+	done | error | disabled)
+		mkdir -p "$(dirname "$ci_final")"
+		printf '%s\n%s\n' "$ci" "$ci_error" >"$ci_final"
+		;;
+	esac
+fi
+
 answered=$(last answered)
 serving=no
 if exec 3<>"/dev/tcp/127.0.0.1/$port"; then
@@ -130,28 +155,6 @@ elif [ "$serving" = yes ] && { [ -z "$egress_ip_checked" ] || [ $((now - egress_
 	else
 		egress_ip_error="the echo's answer is not an address: $(printf '%s' "$answer" | tr -cd '[:print:]' | cut -c1-48)"
 	fi
-fi
-
-version=$(squid -v 2>/dev/null | sed -n '1s/^.*Version //p')
-# cloud-init status is Python, seconds under emulation: asked while
-# cloud-init runs, kept once it is final (until a reboot clears /run).
-ci=
-ci_error=
-ci_final="$(dirname "$report")/cloud-init-final"
-if [ -s "$ci_final" ]; then
-	{ IFS= read -r ci; IFS= read -r ci_error; } <"$ci_final"
-elif command -v cloud-init >/dev/null 2>&1; then
-	long=$(cloud-init status --long 2>/dev/null)
-	ci=$(printf '%s\n' "$long" | awk '@STATUS_AWK@')
-	if [ "$ci" = error ]; then
-		ci_error=$(printf '%s\n' "$long" | awk '@ERROR_AWK@' | tr -cd '[:print:]' | cut -c1-@MAXERR@)
-	fi
-	case $ci in
-	done | error | disabled)
-		mkdir -p "$(dirname "$ci_final")"
-		printf '%s\n%s\n' "$ci" "$ci_error" >"$ci_final"
-		;;
-	esac
 fi
 
 body=$(printf 'v=1\nserving=%s\nchecked=%s\nanswered=%s\nversion=%s\ncloud_init=%s\ncloud_init_error=%s\negress_ip=%s\negress_ip_confirmed=%s\negress_ip_checked=%s\negress_ip_error=%s\n' \

@@ -437,3 +437,40 @@ func (g *guest) backdateEchoCheck(t *testing.T, d time.Duration) {
 	}
 	write(t, g.report, strings.Join(out, "\n"), 0o644)
 }
+
+// TestReporter_AsksCloudInitBeforeTheProxy: cloud-init's last step
+// restarts Squid, so a run that meets the restart must not report the
+// proxy down with cloud-init done. Here cloud-init finishes, and the proxy
+// comes back, while cloud-init status is asked: a report of "done" must
+// carry the proxy as asked after that (the libvirt end-to-end test's
+// second autoheal came from a report of done, not serving).
+func TestReporter_AsksCloudInitBeforeTheProxy(t *testing.T) {
+	g := newGuest(t, readFixture(t, "cloud-init-22.4-done.txt"))
+	restarted := filepath.Join(g.dir, "squid-restarted")
+	fixture := filepath.Join(g.dir, "cloud-init.txt")
+	write(t, filepath.Join(g.dir, "bin", "cloud-init"),
+		"#!/bin/sh\n[ \"$1 $2\" = 'status --long' ] || exit 3\n: >"+restarted+"\ncat "+fixture+"\n", 0o755)
+	// The proxy answers once cloud-init's restart of it is over, and
+	// closes at once before.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if _, err := os.Stat(restarted); err == nil {
+				_, _ = c.Write([]byte("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n"))
+			}
+			_ = c.Close()
+		}
+	}()
+	r, _ := g.run(t, ln.Addr().(*net.TCPAddr).Port, PublishFile)
+	if r.CloudInit != CloudInitDone || !r.Serving {
+		t.Fatalf("cloud-init %q, serving %v: a report of cloud-init done must say whether the proxy answers after it", r.CloudInit, r.Serving)
+	}
+}

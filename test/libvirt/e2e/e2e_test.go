@@ -78,9 +78,17 @@ func TestProxyEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dumped := false
+	dumpLog := func() {
+		if !dumped {
+			dumped = true
+			t.Logf("the operator's last log lines:\n%s", lvtest.OperatorLog.Tail(150))
+		}
+	}
+	testenv.BeforeTimeout(t, dumpLog)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("the operator's last log lines:\n%s", lvtest.OperatorLog.Tail(150))
+			dumpLog()
 		}
 	})
 	volsBefore := libvirthost.VolumeNames(t, l, pool)
