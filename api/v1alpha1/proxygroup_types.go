@@ -84,6 +84,17 @@ type ProxyGroupSpec struct {
 	// +kubebuilder:default=600
 	// +optional
 	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
+	// EgressAddress is the group's own egress address on a provider that
+	// moves one between instances (gcp): one the operator reserves for
+	// the group (named after it), or one the user reserved (name). The
+	// group moves it to the member that holds its endpoint, so clients and
+	// destinations see one address whichever member serves; the members
+	// themselves come up on addresses of their own. On an entry with an
+	// addressPool the group holds a pool address instead (leave this
+	// out); elsewhere it is refused in Stalled. docs/groups.md.
+	// +kubebuilder:validation:XValidation:rule="!has(self.address)",message="address is for a Proxy on an entry with an addressPool; a group on such an entry gets its own pool address: leave spec.egressAddress out",fieldPath=".address"
+	// +optional
+	EgressAddress *EgressAddressSpec `json:"egressAddress,omitempty"`
 }
 
 // GroupMemberStatus is one member as the group sees it.
@@ -104,6 +115,18 @@ type GroupMemberStatus struct {
 	// the group holds an address of its own.
 	// +optional
 	Address string `json:"address,omitempty"`
+}
+
+// GroupEgressAddressStatus is where a group's kept egress address is.
+type GroupEgressAddressStatus struct {
+	// Name is the address's name on the backend.
+	Name string `json:"name"`
+	// Member is the member whose instance holds it.
+	// +optional
+	Member string `json:"member,omitempty"`
+	// ProviderID is that instance.
+	// +optional
+	ProviderID string `json:"providerID,omitempty"`
 }
 
 // ProxyGroupStatus is the observed group.
@@ -136,6 +159,10 @@ type ProxyGroupStatus struct {
 	// EgressIP is the holder's observed egress address.
 	// +optional
 	EgressIP string `json:"egressIP,omitempty"`
+	// EgressAddress is where the group's spec.egressAddress is: its name
+	// and the member instance the operator last moved it to.
+	// +optional
+	EgressAddress *GroupEgressAddressStatus `json:"egressAddress,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -184,6 +211,10 @@ const (
 	// GroupReasonAddressConflict: the group's address claim exists and
 	// is not the group's (Stalled True).
 	GroupReasonAddressConflict = "AddressConflict"
+	// GroupReasonEgressAddressFailed: spec.egressAddress cannot be kept
+	// (an entry that moves no address, one with an addressPool, an
+	// address another owns) (Stalled True).
+	GroupReasonEgressAddressFailed = "EgressAddressFailed"
 )
 
 // ProxyGroup runs spec.members Proxies made from one template, placed

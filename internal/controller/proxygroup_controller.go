@@ -147,6 +147,12 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			r.event(g, "HolderMoved", "the endpoint moved from member %s to %s", g.Status.Holder, orNone(holder))
 		}
 	}
+	// A move that failed for now is tried again with backoff, after the
+	// status (the members as they are) is written.
+	kept, refused, moveErr := r.holdGroupEgressAddress(ctx, g, members, holder)
+	if refused != nil && plan.stalled == nil {
+		plan.stalled = refused
+	}
 	var res ctrl.Result
 	if addressing.waiting != "" {
 		// Claims are read uncached: no watch brings their binding.
@@ -157,11 +163,20 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		res.RequeueAfter = plan.recheck
 	}
 	st := groupStatus(g, members, plan, holder, g.Status.Conditions, addressing)
-	if equalGroupStatus(g.Status, st) {
-		return res, nil
+	st.EgressAddress = kept.statusOf()
+	if !equalGroupStatus(g.Status, st) {
+		g.Status = st
+		if err := r.Client.Status().Update(ctx, g); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
-	g.Status = st
-	return res, r.Client.Status().Update(ctx, g)
+	if kept != nil && kept.note != "" {
+		r.event(g, ReasonEgressAddressMoved, "%s", kept.note)
+	}
+	if moveErr != nil {
+		return ctrl.Result{}, moveErr
+	}
+	return res, nil
 }
 
 // members reads the group's members by index: the Proxies it controls.

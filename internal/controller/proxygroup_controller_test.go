@@ -421,6 +421,10 @@ func TestProxyGroupValidation(t *testing.T) {
 		{"too many members", func(g *egressv1.ProxyGroup) { g.Spec.Members, g.Spec.Spread = 9, nil }, "spec.members"},
 		{"config/samples/proxygroup_local.yaml", sample("proxygroup_local.yaml"), ""},
 		{"config/samples/proxygroup_kvm.yaml", sample("proxygroup_kvm.yaml"), ""},
+		{"config/samples/proxygroup_gcp.yaml", sample("proxygroup_gcp.yaml"), ""},
+		{"a group's egressAddress with a pool address", func(g *egressv1.ProxyGroup) {
+			g.Spec.EgressAddress = &egressv1.EgressAddressSpec{Address: "192.0.2.7"}
+		}, "spec.egressAddress.address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := base()

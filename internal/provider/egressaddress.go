@@ -26,6 +26,21 @@ type EgressAddress struct {
 	// it was, but ListSecondary leaves it out: nothing collects it. Another
 	// Proxy may then name it (Reserve false).
 	Retain bool
+	// Group, when set, makes the address a ProxyGroup's rather than one
+	// Proxy's: the group's controller moves it to the member that holds
+	// the group's endpoint, so it goes between the instances of different
+	// Proxies. MoveEgressAddress then reserves it itself when Reserve and
+	// it does not exist yet, marked with the group's UID (never a
+	// member's), and takes it from any instance of this installation that
+	// holds it (the group decided the move; no instance of another
+	// installation, nor anything else, is ever taken from). Create never
+	// sees a group's address: members come up on addresses of their own.
+	Group *AddressGroup
+}
+
+// AddressGroup names the ProxyGroup an egress address belongs to.
+type AddressGroup struct {
+	Namespace, Name, UID string
 }
 
 // EgressAddressMover is implemented by providers that keep an egress

@@ -368,7 +368,15 @@ func (c *Collector) pass(ctx context.Context, e *registry.Entry, st *providerSta
 	for i := range proxies.Items {
 		items[i] = &proxies.Items[i]
 	}
-	view := newProxyView(items)
+	// A ProxyGroup owns what its provider keeps for the group itself (a
+	// gcp group's egress address), marked with the group's UID.
+	groups := &egressv1.ProxyGroupList{}
+	if err := c.Reader.List(ctx, groups, client.UnsafeDisableDeepCopy); err != nil {
+		log.Error(err, "garbage collection: reading ProxyGroups failed; nothing collected on this provider this pass")
+		res.Err = err
+		return res
+	}
+	view := newProxyView(items, groups.Items...)
 
 	now := c.Clock.Now()
 	keys := make([]instKey, len(insts))
@@ -571,10 +579,16 @@ type proxyView struct {
 	ids map[string]bool
 	// names holds every status.instanceName and status.retiringInstanceName.
 	names map[string]bool
+	// groups holds every ProxyGroup's UID.
+	groups map[types.UID]bool
 }
 
-func newProxyView(proxies []*egressv1.Proxy) proxyView {
-	v := proxyView{byUID: make(map[types.UID]*egressv1.Proxy, len(proxies)), ids: map[string]bool{}, names: map[string]bool{}}
+func newProxyView(proxies []*egressv1.Proxy, groups ...egressv1.ProxyGroup) proxyView {
+	v := proxyView{byUID: make(map[types.UID]*egressv1.Proxy, len(proxies)), ids: map[string]bool{}, names: map[string]bool{},
+		groups: make(map[types.UID]bool, len(groups))}
+	for i := range groups {
+		v.groups[groups[i].UID] = true
+	}
 	for _, px := range proxies {
 		v.byUID[px.UID] = px
 		for _, id := range px.Status.RecordedProviderIDs() {
@@ -607,12 +621,18 @@ func classifySecondary(s provider.Secondary, v proxyView) (Reason, bool) {
 		// is left of it; the reconciler deletes the rest itself.
 		return "", false
 	}
+	own := s.Instance == "" && s.InstanceID == ""
+	if own && s.Marks.UID != "" && v.groups[types.UID(s.Marks.UID)] {
+		// A ProxyGroup's own (its kept egress address): it lives as long
+		// as the group.
+		return "", false
+	}
 	px, ok := v.byUID[types.UID(s.Marks.UID)]
 	if !ok || s.Marks.UID == "" {
 		return ReasonOrphan, true
 	}
 	switch {
-	case s.Instance == "" && s.InstanceID == "":
+	case own:
 		// The Proxy's own, not an instance's (an address reserved for
 		// it): it lives as long as its Proxy.
 		return "", false

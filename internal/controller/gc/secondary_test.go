@@ -457,6 +457,7 @@ func TestClassifySecondary(t *testing.T) {
 	}
 	ours := provider.Marks{Managed: true, UID: "u1", Installation: "i"}
 	noUID := provider.Marks{Managed: true, Installation: "i"}
+	group := provider.Marks{Managed: true, UID: "g1", Installation: "i"}
 	gone := func(m provider.Marks, instance, instanceID string) provider.Secondary {
 		return provider.Secondary{ID: "s", Kind: "volume", Marks: m, Instance: instance, InstanceID: instanceID, InstanceGone: true}
 	}
@@ -481,9 +482,12 @@ func TestClassifySecondary(t *testing.T) {
 		{"leftover", gone(ours, "a", "x/a"), []*egressv1.Proxy{px("u1", 2, 2, "x/b", "b")}, ReasonLeftover, true},
 		{"the Proxy's own (a reserved address), its Proxy there", gone(ours, "", ""), []*egressv1.Proxy{px("u1", 2, 2, "x/b", "b")}, "", false},
 		{"the Proxy's own, its Proxy gone", gone(ours, "", ""), []*egressv1.Proxy{px("u2", 1, 1, "x/b", "b")}, ReasonOrphan, true},
+		{"a group's own (its kept address), the group there", gone(group, "", ""), nil, "", false},
+		{"a group's own, the group gone", gone(provider.Marks{Managed: true, UID: "g2", Installation: "i"}, "", ""), nil, ReasonOrphan, true},
+		{"an instance's, marked with a group's UID, its instance gone", gone(group, "a", "x/a"), nil, ReasonOrphan, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := newProxyView(tc.proxies)
+			v := newProxyView(tc.proxies, egressv1.ProxyGroup{ObjectMeta: metav1.ObjectMeta{UID: "g1"}})
 			got, collect := classifySecondary(tc.s, v)
 			if got != tc.want || collect != tc.collect {
 				t.Errorf("classifySecondary = %q, %t; want %q, %t", got, collect, tc.want, tc.collect)

@@ -33,6 +33,11 @@ import (
 // as instances do, and markReclaim; ListSecondary lists it for the
 // collector unless it is retained. The user's own address is read, never
 // labelled, changed or listed.
+//
+// A ProxyGroup's address (EgressAddress.Group) is never seen by Create: the
+// group's controller moves it to the member holding the group's endpoint,
+// so MoveEgressAddress reserves it (marked with the group's UID) on the
+// first move and takes it from any instance of this installation.
 
 // markReclaim says what becomes of a reserved address when its Proxy goes:
 // reclaimDelete (the collector deletes it) or reclaimRetain (it stays,
@@ -76,6 +81,52 @@ const reasonInUse = "resourceInUseByAnotherResource"
 // opIPInUse is the operation error of an insert or addAccessConfig whose
 // natIP another resource took first.
 const opIPInUse = "IP_IN_USE_BY_ANOTHER_RESOURCE"
+
+// The kinds of an address's owner, as messages and descriptions name them.
+const (
+	ownerProxy = "Proxy"
+	ownerGroup = "ProxyGroup"
+)
+
+// addressOwner is whose reserved address it is: a Proxy's (Create) or a
+// ProxyGroup's (MoveEgressAddress with Group). Its UID is the address's
+// UID mark.
+type addressOwner struct {
+	namespace, name string
+	kind            string // ownerProxy or ownerGroup
+	uid             string
+}
+
+func proxyOwner(req provider.CreateRequest) addressOwner {
+	return addressOwner{namespace: req.Namespace, name: req.ProxyName, kind: ownerProxy, uid: req.UID}
+}
+
+func groupOwner(g *provider.AddressGroup) addressOwner {
+	return addressOwner{namespace: g.Namespace, name: g.Name, kind: ownerGroup, uid: g.UID}
+}
+
+// field names the owner's egress address in messages: the Proxy's
+// spec.egressAddress, or the group's, named (the group's address is no
+// member's, and the member's events would not say which group).
+func (o addressOwner) field() string {
+	if o.kind == ownerGroup {
+		return groupField(o.namespace, o.name)
+	}
+	return "spec.egressAddress"
+}
+
+func groupField(namespace, name string) string {
+	return ownerGroup + " " + namespace + "/" + name + " spec.egressAddress"
+}
+
+// moveField is field for a move's address: without Group the move does
+// not know the Proxy, only that it is its spec.egressAddress.
+func moveField(addr provider.EgressAddress) string {
+	if addr.Group != nil {
+		return groupField(addr.Group.Namespace, addr.Group.Name)
+	}
+	return "spec.egressAddress"
+}
 
 func reclaimValue(retain bool) string {
 	if retain {
@@ -133,7 +184,7 @@ func (p *Provider) ensureEgressAddress(ctx context.Context, api computeAPI, pl p
 	var err error
 	if ea.Reserve {
 		progress(progressAddressReserve)
-		a, err = p.reserveAddress(ctx, api, pl.region, req)
+		a, err = p.reserveAddress(ctx, api, pl.region, *ea, proxyOwner(req))
 	} else {
 		progress(progressAddressCheck)
 		a, err = p.usersAddress(ctx, api, pl, ea.Name)
@@ -177,15 +228,17 @@ func (p *Provider) addressPath(region, name string) string {
 	return "regions/" + region + "/addresses/" + name
 }
 
-// reserveAddress reads the Proxy's reserved address, reserving it when it
+// reserveAddress reads owner's reserved address, reserving it when it
 // does not exist (its regional operation followed to the end), and keeps
 // its marks and reclaim label in step. An address of the name that is not
-// this installation's or belongs to another Proxy is Permanent.
-func (p *Provider) reserveAddress(ctx context.Context, api computeAPI, region string, req provider.CreateRequest) (*computepb.Address, error) {
-	ea := req.EgressAddress
+// this installation's or belongs to another owner is Permanent. Create
+// (a Proxy's) and MoveEgressAddress (a group's) share it, so that both
+// reserve and refuse alike.
+func (p *Provider) reserveAddress(ctx context.Context, api computeAPI, region string, ea provider.EgressAddress, owner addressOwner) (*computepb.Address, error) {
 	log := logr.FromContextOrDiscard(ctx).WithValues("address", ea.Name, "region", region)
 	path := p.addressPath(region, ea.Name)
-	marks := provider.Marks{Managed: true, UID: req.UID, Installation: p.opts.InstallationID}
+	field := owner.field()
+	marks := provider.Marks{Managed: true, UID: owner.uid, Installation: p.opts.InstallationID}
 	a, err := p.readAddress(ctx, api, region, ea.Name)
 	if err != nil && !errors.Is(err, provider.ErrNotFound) {
 		return nil, err
@@ -195,9 +248,8 @@ func (p *Provider) reserveAddress(ctx context.Context, api computeAPI, region st
 		body := &computepb.Address{
 			Name:        proto.String(ea.Name),
 			AddressType: proto.String("EXTERNAL"),
-			Description: proto.String(fmt.Sprintf("Egress address of Proxy %s/%s (egress-proxies-operator): it moves to each new instance of the Proxy; label %s says whether it goes with the Proxy.",
-				req.Namespace, req.ProxyName, markReclaim)),
-			Labels: addressLabels(nil, marks, ea.Retain),
+			Description: proto.String(addressDescription(owner)),
+			Labels:      addressLabels(nil, marks, ea.Retain),
 		}
 		log.V(1).Info("gcp egress address reserving", "labels", body.GetLabels())
 		op, err := api.InsertAddress(ctx, region, body)
@@ -223,12 +275,20 @@ func (p *Provider) reserveAddress(ctx context.Context, api computeAPI, region st
 	have := provider.MarksFromLabels(a.GetLabels())
 	switch {
 	case !have.Managed || have.Installation != p.opts.InstallationID:
+		hint := "name it in spec.egressAddress.name to use it as the Proxy's own, or remove it"
+		if owner.kind == ownerGroup {
+			hint = "name it in the ProxyGroup's spec.egressAddress.name to use it as the group's own, or remove it"
+		}
 		return nil, provider.Errorf(provider.ErrPermanent,
-			"spec.egressAddress: address %s exists and was not reserved by this operator installation; name it in spec.egressAddress.name to use it as the Proxy's own, or remove it", path)
-	case have.UID != "" && have.UID != req.UID:
-		return nil, provider.Errorf(provider.ErrPermanent, "spec.egressAddress: address %s belongs to another Proxy (UID %s)", path, have.UID)
+			"%s: address %s exists and was not reserved by this operator installation; %s", field, path, hint)
+	case have.UID != "" && have.UID != owner.uid:
+		other := "another Proxy"
+		if owner.kind == ownerGroup {
+			other = "another Proxy or ProxyGroup"
+		}
+		return nil, provider.Errorf(provider.ErrPermanent, "%s: address %s belongs to %s (UID %s)", field, path, other, have.UID)
 	case a.GetAddressType() != "EXTERNAL":
-		return nil, provider.Errorf(provider.ErrPermanent, "spec.egressAddress: address %s is %s, not EXTERNAL", path, a.GetAddressType())
+		return nil, provider.Errorf(provider.ErrPermanent, "%s: address %s is %s, not EXTERNAL", field, path, a.GetAddressType())
 	}
 	want := addressLabels(a.GetLabels(), marks, ea.Retain)
 	if maps.Equal(want, a.GetLabels()) {
@@ -249,6 +309,17 @@ func (p *Provider) reserveAddress(ctx context.Context, api computeAPI, region st
 	log.V(1).Info("gcp egress address labels updated", markReclaim, want[markReclaim], "was", a.GetLabels()[markReclaim])
 	a.Labels = want
 	return a, nil
+}
+
+// addressDescription is a reserved address's description: whose it is and
+// where it goes, for a person reading the console.
+func addressDescription(o addressOwner) string {
+	if o.kind == ownerGroup {
+		return fmt.Sprintf("Egress address of ProxyGroup %s/%s (egress-proxies-operator): it moves to the member instance that holds the group's endpoint; label %s says whether it goes with the ProxyGroup.",
+			o.namespace, o.name, markReclaim)
+	}
+	return fmt.Sprintf("Egress address of Proxy %s/%s (egress-proxies-operator): it moves to each new instance of the Proxy; label %s says whether it goes with the Proxy.",
+		o.namespace, o.name, markReclaim)
 }
 
 // readAddress reads an address; a 404 naming it is NotFound (nil address).
@@ -276,8 +347,15 @@ func (p *Provider) usersAddress(ctx context.Context, api computeAPI, pl plan, na
 	if !errors.Is(err, provider.ErrNotFound) {
 		return nil, err
 	}
+	return nil, p.missingAddress(ctx, api, "spec.egressAddress.name", pl.zone, pl.region, name)
+}
+
+// missingAddress is the refusal of a user's address that is not in the
+// instance's region (field names it): Permanent, saying whether it is in
+// another region or nowhere, which needs a look at every region.
+func (p *Provider) missingAddress(ctx context.Context, api computeAPI, field, zone, region, name string) error {
 	var elsewhere []string
-	err = api.ListAddresses(ctx, `name eq "`+name+`"`, func(scope string, part *computepb.AddressesScopedList) {
+	err := api.ListAddresses(ctx, `name eq "`+name+`"`, func(scope string, part *computepb.AddressesScopedList) {
 		for _, other := range part.GetAddresses() {
 			if other.GetName() == name {
 				elsewhere = append(elsewhere, lastSegment(scope))
@@ -285,16 +363,16 @@ func (p *Provider) usersAddress(ctx context.Context, api computeAPI, pl plan, na
 		}
 	})
 	if err != nil {
-		return nil, classify(err, call{what: "looking for address " + name + " in other regions"})
+		return classify(err, call{what: "looking for address " + name + " in other regions"})
 	}
 	if len(elsewhere) > 0 {
 		slices.Sort(elsewhere)
-		return nil, provider.Errorf(provider.ErrPermanent,
-			"spec.egressAddress.name %q is an address of region %s, but the instance's zone %s is in region %s: an instance can only use an address of its own region",
-			name, strings.Join(elsewhere, ", "), pl.zone, pl.region)
+		return provider.Errorf(provider.ErrPermanent,
+			"%s %q is an address of region %s, but the instance's zone %s is in region %s: an instance can only use an address of its own region",
+			field, name, strings.Join(elsewhere, ", "), zone, region)
 	}
-	return nil, provider.Errorf(provider.ErrPermanent,
-		"spec.egressAddress.name %q: no address of that name in region %s of project %s", name, pl.region, p.cfg.Project)
+	return provider.Errorf(provider.ErrPermanent,
+		"%s %q: no address of that name in region %s of project %s", field, name, region, p.cfg.Project)
 }
 
 // holder is the instance an address's users name.
@@ -375,6 +453,12 @@ func natConfig(nic *computepb.NetworkInterface, ip string) *computepb.AccessConf
 // followed to its end. It is idempotent: an address already on toID costs
 // one read, and a move cut short is resumed from where the address is.
 //
+// A group's address (addr.Group) is reserved here when Reserve and it does
+// not exist yet (marked with the group's UID; Create never sees it), and
+// is taken from any instance of this installation: the group's members are
+// different Proxies, and the group decided the move. An instance of
+// another installation, or anything else, is never taken from.
+//
 // The gap: from the old instance losing the address (its
 // deleteAccessConfig, whose operation takes effect while it runs) to the
 // new one having it (addAccessConfig DONE) neither instance has the
@@ -395,8 +479,14 @@ func (p *Provider) MoveEgressAddress(ctx context.Context, addr provider.EgressAd
 	if err := p.checkEgressAddress(&addr); err != nil {
 		return err
 	}
+	if addr.Group != nil && addr.Group.UID == "" {
+		// Its UID is the address's owner mark: without it the address
+		// would be nobody's.
+		return provider.Errorf(provider.ErrPermanent, "egress address %s: its ProxyGroup %s/%s has no UID", addr.Name, addr.Group.Namespace, addr.Group.Name)
+	}
 	region := regionOf(toZone)
 	path := p.addressPath(region, addr.Name)
+	field := moveField(addr)
 	// The boundary's logger names the address, to (id) and from already.
 	log := logr.FromContextOrDiscard(ctx).WithValues("region", region)
 	ctx = httpobserve.WithOp(logr.NewContext(ctx, log), provider.OpMoveEgressAddress)
@@ -412,13 +502,26 @@ func (p *Provider) MoveEgressAddress(ctx context.Context, addr provider.EgressAd
 		return err
 	}
 	start := time.Now()
-	a, err := p.readAddress(ctx, api, region, addr.Name)
+	var a *computepb.Address
+	switch {
+	case addr.Group != nil && addr.Reserve:
+		// The group's own address has no Create to reserve it: the first
+		// move does, as Create does a Proxy's (one read once it exists).
+		a, err = p.reserveAddress(ctx, api, region, addr, groupOwner(addr.Group))
+	default:
+		a, err = p.readAddress(ctx, api, region, addr.Name)
+		if addr.Group != nil && errors.Is(err, provider.ErrNotFound) {
+			// The user's address the group names: it must exist (a Proxy's
+			// is refused by Create; a group's first shows here).
+			err = p.missingAddress(ctx, api, field+".name", toZone, region, addr.Name)
+		}
+	}
 	if err != nil {
 		// Never NotFound: that would say toID is gone.
 		return reclassify(err, notFoundIsTransient(err), "moving the egress address")
 	}
 	if a.GetAddressType() != "EXTERNAL" {
-		return provider.Errorf(provider.ErrPermanent, "spec.egressAddress: address %s is %s; only an EXTERNAL address moves", path, a.GetAddressType())
+		return provider.Errorf(provider.ErrPermanent, "%s: address %s is %s; only an EXTERNAL address moves", field, path, a.GetAddressType())
 	}
 	ip := a.GetAddress()
 	users := a.GetUsers()
@@ -457,12 +560,19 @@ func (p *Provider) MoveEgressAddress(ctx context.Context, addr provider.EgressAd
 		}
 		isFrom := fromID != "" && h.zone == fromZone && h.name == fromName
 		sameProxy := toMarks.UID != "" && h.marks.UID == toMarks.UID
-		if !h.ours || (!isFrom && !sameProxy) {
+		// A group's address goes between different Proxies' instances:
+		// any of ours gives it up, whatever its UID.
+		grouped := addr.Group != nil
+		if !h.ours || (!grouped && !isFrom && !sameProxy) {
 			whose := h.whose(p.opts.InstallationID)
-			if whose == "" {
+			switch {
+			case whose != "":
+			case grouped:
+				whose = ", not an instance of this operator installation"
+			default:
 				whose = ", not an instance of this Proxy"
 			}
-			return provider.Errorf(provider.ErrPermanent, "spec.egressAddress: address %s (%s) is in use by %s%s; not moved", path, ip, h.path, whose)
+			return provider.Errorf(provider.ErrPermanent, "%s: address %s (%s) is in use by %s%s; not moved", field, path, ip, h.path, whose)
 		}
 		hnic := nicOf(h.in)
 		ac := natConfig(hnic, ip)

@@ -238,6 +238,11 @@ func (p *Provider) createStep(ctx context.Context, api computeAPI, pl plan, req 
 		}
 		return insertError(err, pl, req.Name)
 	}
+	// A new insert answers with an operation that runs; one answered done
+	// at once is an earlier insert's, found by its request ID (GCE keeps
+	// them an hour), whose instance may be gone since: an instance lost
+	// and made again under its name.
+	replayed := op.GetStatus() == computepb.Operation_DONE
 	log.V(1).Info("gcp insert submitted", "operation", op.GetName(), "requestId", requestID)
 	progress(progressRunning)
 	what := "insert of instance " + formatID(pl.zone, req.Name)
@@ -255,6 +260,22 @@ func (p *Provider) createStep(ctx context.Context, api computeAPI, pl plan, req 
 		log.V(1).Info("gcp insert failed after it was accepted", "operation", op.GetName(), "codes", opCodes(op),
 			"httpErrorStatusCode", op.GetHttpErrorStatusCode(), "class", provider.ClassName(err))
 		return err
+	}
+	if replayed {
+		if _, err := api.GetInstance(ctx, pl.zone, req.Name); err != nil {
+			err = classify(err, call{what: "reading instance " + req.Name, target: p.instanceTarget(pl.zone, req.Name)})
+			if !errors.Is(err, provider.ErrNotFound) {
+				return reclassify(err, notFoundIsTransient(err), "reading the instance an earlier insert made")
+			}
+			// Without this the insert would replay that operation, and
+			// make nothing, for as long as GCE remembers its request ID.
+			p.nextInsertAttempt(req.Name)
+			log.V(1).Info("gcp insert answered with an earlier insert's operation, whose instance is gone; the next insert is a new one",
+				"operation", op.GetName(), "requestId", requestID)
+			return provider.Errorf(provider.ErrTransient,
+				"instance %s: the insert's request ID is an earlier insert's (operation %s), whose instance is gone since; inserting it anew under a new request ID",
+				formatID(pl.zone, req.Name), op.GetName())
+		}
 	}
 	p.forgetInsert(req.Name)
 	log.V(1).Info("gcp insert done", "operation", op.GetName())

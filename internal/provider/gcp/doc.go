@@ -26,7 +26,9 @@
 //   - address.go: the egress address (spec.egressAddress): reserved or
 //     the user's, named as natIP on insert, moved between a Proxy's
 //     instances (MoveEgressAddress), and the reserved ones as secondary
-//     resources.
+//     resources. A ProxyGroup's address (EgressAddress.Group) is reserved
+//     by its first move, marked with the group's UID, and moved between
+//     its members' instances (different Proxies) by the group's controller.
 //   - serving.go: the serving signal, the guest's report in the guest
 //     attribute egress-proxy/report (the startup script installs its
 //     reporter), read at most once per instance per report interval.

@@ -256,6 +256,19 @@ func (p *Provider) insertFailed(name string, err error) {
 	m.failed = errText(err)
 }
 
+// nextInsertAttempt makes the next insert of name a new one (the next
+// request ID) without a failure to report.
+func (p *Provider) nextInsertAttempt(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := p.inserts[name]
+	if m == nil {
+		m = &insertMemo{}
+		p.inserts[name] = m
+	}
+	m.attempt++
+}
+
 // lastInsertFailure is the failure of name's last insert, if it failed.
 func (p *Provider) lastInsertFailure(name string) (string, bool) {
 	p.mu.Lock()

@@ -1,0 +1,135 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// A group on a provider that moves an egress address between instances
+// (gcp) keeps one address for all its members: spec.egressAddress, which
+// the group moves to the instance of the member that holds its endpoint.
+// The members come up on addresses of their own and never see the group's
+// in their spec; the provider reserves an address the group asks it to,
+// marked with the group's UID, on the first move, and the collector keeps
+// it while the group lives (a secondary resource whose owner is a
+// ProxyGroup). Once the group is gone it is an orphan the collector
+// deletes, unless reclaimPolicy Retain left it out of the listing.
+
+// groupEgressAddress is the group's spec.egressAddress as providers take
+// it: the user's address by name, or the one reserved for the group under a
+// name derived from the group.
+func groupEgressAddress(g *egressv1.ProxyGroup) *provider.EgressAddress {
+	spec := g.Spec.EgressAddress
+	if spec == nil {
+		return nil
+	}
+	owner := &provider.AddressGroup{Namespace: g.Namespace, Name: g.Name, UID: string(g.UID)}
+	if spec.Name != "" {
+		return &provider.EgressAddress{Name: spec.Name, Group: owner}
+	}
+	return &provider.EgressAddress{Name: provider.EgressAddressName(g.Namespace, g.Name, string(g.UID)), Reserve: true,
+		Retain: spec.ReclaimPolicy == egressv1.ReclaimRetain, Group: owner}
+}
+
+// holdGroupEgressAddress moves the group's egress address to the holder's
+// instance when the status does not record it there: the first time a
+// member is ready, after the holder changed (its instance lost or not
+// serving), and after the holder's own instance was replaced. It returns
+// where the address is and, for a failure only a person can end, the
+// Stalled condition. A transient failure is returned: the group is read
+// again with backoff and the move is taken up from where it was (the
+// provider's move is idempotent).
+func (r *ProxyGroupReconciler) holdGroupEgressAddress(ctx context.Context, g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy,
+	holder string) (*groupAddressMove, *metav1.Condition, error) {
+	addr := groupEgressAddress(g)
+	if addr == nil || r.Providers == nil {
+		return nil, nil, nil
+	}
+	prev := g.Status.EgressAddress
+	if prev != nil && prev.Name != addr.Name {
+		prev = nil // another address now: nothing holds it yet
+	}
+	kept := func() *groupAddressMove {
+		if prev == nil {
+			return nil
+		}
+		return &groupAddressMove{status: *prev}
+	}
+	entry, err := r.Providers.Get(g.Spec.Template.Spec.Provider)
+	if err != nil {
+		return kept(), nil, nil // the members say what is wrong with the entry
+	}
+	refuse := func(format string, args ...any) (*groupAddressMove, *metav1.Condition, error) {
+		return kept(), &metav1.Condition{Type: egressv1.ConditionStalled, Status: metav1.ConditionTrue,
+			Reason: egressv1.GroupReasonEgressAddressFailed, Message: fmt.Sprintf(format, args...)}, nil
+	}
+	switch {
+	case entry.AddressPool() != nil:
+		return refuse("spec.egressAddress: provider entry %q has an addressPool, from which the group holds an address of its own: leave spec.egressAddress out", entry.Name)
+	case entry.Mover == nil:
+		return refuse("spec.egressAddress: provider entry %q (type %s) does not move an egress address between instances, so a group on it cannot keep one (gcp does; kvm, kvm2 and proxmox hold a pool address through VRRP)",
+			entry.Name, entry.Type)
+	}
+	var to *egressv1.Proxy
+	for _, px := range members {
+		if px.Name == holder {
+			to = px
+		}
+	}
+	if to == nil || !memberReady(to) || to.Status.ProviderID == "" {
+		return kept(), nil, nil // moved once a member is ready to hold it
+	}
+	if prev != nil && prev.ProviderID == to.Status.ProviderID {
+		return kept(), nil, nil
+	}
+	from, fromMember := "", ""
+	if prev != nil {
+		from, fromMember = prev.ProviderID, prev.Member
+	}
+	began := time.Now()
+	mctx, cancel := context.WithTimeout(ctx, moveTimeout)
+	err = entry.Mover.MoveEgressAddress(mctx, *addr, from, to.Status.ProviderID)
+	cancel()
+	if provider.ClassOf(err) == provider.ErrPermanent {
+		return refuse("moving spec.egressAddress %s to member %s: %v", addr.Name, to.Name, err)
+	}
+	if err != nil {
+		return kept(), nil, fmt.Errorf("moving the group's egress address %s to member %s (instance %s): %w", addr.Name, to.Name, to.Status.ProviderID, err)
+	}
+	took := time.Since(began).Round(100 * time.Millisecond)
+	logr.FromContextOrDiscard(ctx).Info("group egress address moved", "address", addr.Name, "member", to.Name,
+		"instance", to.Status.ProviderID, "from", from, "took", took.String())
+	moved := &groupAddressMove{status: egressv1.GroupEgressAddressStatus{Name: addr.Name, Member: to.Name, ProviderID: to.Status.ProviderID}}
+	if from == "" {
+		moved.note = fmt.Sprintf("address %s given to member %s (instance %s) in %s", addr.Name, to.Name, to.Status.ProviderID, took)
+	} else {
+		moved.note = fmt.Sprintf("address %s moved from member %s (instance %s) to member %s (instance %s) in %s",
+			addr.Name, orNone(fromMember), from, to.Name, to.Status.ProviderID, took)
+	}
+	return moved, nil, nil
+}
+
+// groupAddressMove is the outcome of holdGroupEgressAddress: where the
+// address is, and, when this pass moved it, the event's note. The event
+// is recorded once the status says so: a status write that conflicts
+// leaves the move to the next pass, which finds it done (a move is
+// idempotent) and says it then, once.
+type groupAddressMove struct {
+	status egressv1.GroupEgressAddressStatus
+	note   string
+}
+
+// statusOf is where m says the address is, nil for none.
+func (m *groupAddressMove) statusOf() *egressv1.GroupEgressAddressStatus {
+	if m == nil {
+		return nil
+	}
+	return &m.status
+}
