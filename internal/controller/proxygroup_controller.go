@@ -37,6 +37,11 @@ type ProxyGroupReconciler struct {
 	// Scope is the Proxy reconciler's: a group is served by the
 	// installation that serves its members (the template's className).
 	Scope Scope
+	// InstanceChanged, when set, tells the Proxy reconciler that an
+	// instance changed under its Proxy (the group's egress address moved
+	// to or from it), so the member's status follows at once instead of
+	// at its running resync.
+	InstanceChanged func(id string)
 }
 
 // +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=proxygroups,verbs=get;list;watch

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,20 @@ import (
 type groupEvents struct {
 	mu    sync.Mutex
 	notes []string
+	// told are the instances the group said changed (InstanceChanged).
+	told []string
+}
+
+func (r *groupEvents) instanceChanged(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.told = append(r.told, id)
+}
+
+func (r *groupEvents) toldChanged() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.told)
 }
 
 func (r *groupEvents) Eventf(_, _ runtime.Object, _, reason, _, note string, args ...any) {
@@ -87,7 +102,8 @@ func startGroupManagerOn(t *testing.T, entry *registry.Entry) (string, *groupEve
 		t.Fatal(err)
 	}
 	evs := &groupEvents{}
-	if err := (&ProxyGroupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: providers, Recorder: evs}).SetupWithManager(mgr); err != nil {
+	if err := (&ProxyGroupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: providers, Recorder: evs,
+		InstanceChanged: evs.instanceChanged}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	if entry.AddressPool() != nil {

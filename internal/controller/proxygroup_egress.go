@@ -104,6 +104,13 @@ func (r *ProxyGroupReconciler) holdGroupEgressAddress(ctx context.Context, g *eg
 		return kept(), nil, fmt.Errorf("moving the group's egress address %s to member %s (instance %s): %w", addr.Name, to.Name, to.Status.ProviderID, err)
 	}
 	took := time.Since(began).Round(100 * time.Millisecond)
+	if r.InstanceChanged != nil {
+		// Both instances' addresses changed: their members read them now.
+		r.InstanceChanged(to.Status.ProviderID)
+		if from != "" {
+			r.InstanceChanged(from)
+		}
+	}
 	logr.FromContextOrDiscard(ctx).Info("group egress address moved", "address", addr.Name, "member", to.Name,
 		"instance", to.Status.ProviderID, "from", from, "took", took.String())
 	moved := &groupAddressMove{status: egressv1.GroupEgressAddressStatus{Name: addr.Name, Member: to.Name, ProviderID: to.Status.ProviderID}}

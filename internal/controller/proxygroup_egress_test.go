@@ -84,7 +84,13 @@ func TestProxyGroupEgressAddress(t *testing.T) {
 	if ev := evs.with(ReasonEgressAddressMoved); len(ev) != 2 || !strings.Contains(ev[1], "from member "+first) {
 		t.Errorf("%s events %q", ReasonEgressAddressMoved, ev)
 	}
-	t.Logf("moves: %+v; events: %q", moves, evs.with(ReasonEgressAddressMoved))
+	// Both instances were told changed after the failover, so their
+	// members read their addresses at once.
+	told := evs.toldChanged()
+	if !slices.Contains(told, members[other].Status.ProviderID) || !slices.Contains(told, members[first].Status.ProviderID) {
+		t.Errorf("instances told changed %v; want both %s and %s", told, members[first].Status.ProviderID, members[other].Status.ProviderID)
+	}
+	t.Logf("moves: %+v; events: %q; instances told changed: %v", moves, evs.with(ReasonEgressAddressMoved), told)
 }
 
 // TestProxyGroupEgressAddressRefused: an entry that moves no address

@@ -293,7 +293,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (op *Operator, err er
 		return nil, fmt.Errorf("proxy controller: %w", err)
 	}
 	groups := &controller.ProxyGroupReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: rec.Providers,
-		Recorder: recorder, Scope: rec.Scope}
+		Recorder: recorder, Scope: rec.Scope, InstanceChanged: func(id string) { instanceChanges.add([]string{id}) }}
 	if err := groups.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("proxy group controller: %w", err)
 	}
