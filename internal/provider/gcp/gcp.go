@@ -244,21 +244,15 @@ func (p *Provider) insertAttempt(name string) int {
 
 // insertFailed records a failed insert operation: the next insert uses the
 // next request ID.
-func (p *Provider) insertFailed(name string, err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	m := p.inserts[name]
-	if m == nil {
-		m = &insertMemo{}
-		p.inserts[name] = m
-	}
-	m.attempt++
-	m.failed = errText(err)
-}
+func (p *Provider) insertFailed(name string, err error) { p.nextInsert(name, errText(err)) }
 
 // nextInsertAttempt makes the next insert of name a new one (the next
 // request ID) without a failure to report.
-func (p *Provider) nextInsertAttempt(name string) {
+func (p *Provider) nextInsertAttempt(name string) { p.nextInsert(name, "") }
+
+// nextInsert moves name's inserts to the next request ID, recording failed
+// (the failure Get reports, or none).
+func (p *Provider) nextInsert(name, failed string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m := p.inserts[name]
@@ -267,6 +261,7 @@ func (p *Provider) nextInsertAttempt(name string) {
 		p.inserts[name] = m
 	}
 	m.attempt++
+	m.failed = failed
 }
 
 // lastInsertFailure is the failure of name's last insert, if it failed.
