@@ -255,6 +255,7 @@ func domainXML(name, domainType, pool, disk, seed, console string) string {
     </interface>
     <channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0'/></channel>
     <serial type='file'><source path='%s'/><target port='0'/></serial>
+    <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>
     <memballoon model='none'/>
   </devices>
 </domain>`, domainType, name, pool, disk, pool, seed, mac, console)
