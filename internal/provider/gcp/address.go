@@ -110,20 +110,16 @@ func groupOwner(g *provider.AddressGroup) addressOwner {
 // member's, and the member's events would not say which group).
 func (o addressOwner) field() string {
 	if o.kind == ownerGroup {
-		return groupField(o.namespace, o.name)
+		return ownerGroup + " " + o.namespace + "/" + o.name + " spec.egressAddress"
 	}
 	return "spec.egressAddress"
-}
-
-func groupField(namespace, name string) string {
-	return ownerGroup + " " + namespace + "/" + name + " spec.egressAddress"
 }
 
 // moveField is field for a move's address: without Group the move does
 // not know the Proxy, only that it is its spec.egressAddress.
 func moveField(addr provider.EgressAddress) string {
 	if addr.Group != nil {
-		return groupField(addr.Group.Namespace, addr.Group.Name)
+		return groupOwner(addr.Group).field()
 	}
 	return "spec.egressAddress"
 }
