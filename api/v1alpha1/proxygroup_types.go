@@ -153,10 +153,19 @@ type ProxyGroupStatus struct {
 	// +optional
 	Address string `json:"address,omitempty"`
 	// Endpoint is where the group's clients go: the group's address and
-	// port when it has one, else the holder's endpoint.
+	// port when it has one, the front's endpoint when its provider keeps
+	// one (frontProvider), else the holder's endpoint.
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
-	// EgressIP is the holder's observed egress address.
+	// FrontProvider names the provider entry that keeps the group's front:
+	// one endpoint of the backend's own over every ready member (on
+	// kubernetes, a Service over the member Pods). Empty: the group has
+	// none. The front is removed through this entry when the group is
+	// deleted or moves to another entry.
+	// +optional
+	FrontProvider string `json:"frontProvider,omitempty"`
+	// EgressIP is the holder's observed egress address; with a front, the
+	// address every ready member observed, empty while they differ.
 	// +optional
 	EgressIP string `json:"egressIP,omitempty"`
 	// EgressAddress is where the group's spec.egressAddress is: its name
@@ -215,6 +224,13 @@ const (
 	// (an entry that moves no address, one with an addressPool, an
 	// address another owns) (Stalled True).
 	GroupReasonEgressAddressFailed = "EgressAddressFailed"
+	// GroupReasonFrontServing: the group's front reaches at least one
+	// ready member (Available True).
+	GroupReasonFrontServing = "FrontServing"
+	// GroupReasonFrontFailed: the provider refused to make the group's
+	// front (an object of its name that is not this installation's)
+	// (Stalled True).
+	GroupReasonFrontFailed = "FrontFailed"
 )
 
 // ProxyGroup runs spec.members Proxies made from one template, placed

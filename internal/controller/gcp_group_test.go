@@ -77,7 +77,7 @@ func TestGCPGroupFailoverRequestLog(t *testing.T) {
 	var ip string
 	g = waitGroup(t, ns, g.Name, "both ready, the address on the holder's instance", func(g *egressv1.ProxyGroup) error {
 		if err := allReady(2)(g); err != nil {
-			return err
+			return fmt.Errorf("%w (members' Ready: %s)", err, membersReady(ns, "partner-0", "partner-1"))
 		}
 		a := gce.Fake.Address(gce.Project, region, addrName)
 		if a == nil || a.GetStatus() != "IN_USE" || g.Status.EgressAddress == nil || g.Status.EgressAddress.Member != g.Status.Holder {
@@ -164,4 +164,24 @@ func TestGCPGroupFailoverRequestLog(t *testing.T) {
 	if c := meta.FindStatusCondition(g.Status.Conditions, egressv1.ConditionAvailable); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Available %+v", c)
 	}
+}
+
+// membersReady says each named member's Ready condition, for a failure
+// line.
+func membersReady(ns string, names ...string) string {
+	var out []string
+	for _, n := range names {
+		px := &egressv1.Proxy{}
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: n}, px); err != nil {
+			out = append(out, n+": "+err.Error())
+			continue
+		}
+		c := meta.FindStatusCondition(px.Status.Conditions, egressv1.ConditionReady)
+		if c == nil {
+			out = append(out, n+": no Ready")
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s: %s/%s %q", n, c.Status, c.Reason, c.Message))
+	}
+	return strings.Join(out, "; ")
 }

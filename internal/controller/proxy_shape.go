@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sort"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
@@ -124,7 +126,21 @@ func createRequest(px *egressv1.Proxy, cloudInit, clientAuth provider.Sensitive,
 		CloudInit:           cloudInit,
 		Placement:           placementOf(px.Spec.Placement),
 		EgressAddress:       egressAddressOf(px, pool != ""),
+		Group:               groupOf(px),
 	}
+}
+
+// groupOf is the ProxyGroup px is a member of: its controller, when that
+// is a ProxyGroup and px carries the member labels; nil otherwise.
+func groupOf(px *egressv1.Proxy) *provider.GroupRef {
+	ref := metav1.GetControllerOf(px)
+	if ref == nil || ref.Kind != "ProxyGroup" || ref.APIVersion != egressv1.GroupVersion.String() {
+		return nil
+	}
+	if _, ok := memberIndex(px); !ok || px.Labels[egressv1.LabelGroup] != ref.Name {
+		return nil
+	}
+	return &provider.GroupRef{Namespace: px.Namespace, Name: ref.Name, UID: string(ref.UID)}
 }
 
 // egressAddressOf is spec.egressAddress as providers take it: the user's

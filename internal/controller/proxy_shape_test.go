@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -139,5 +140,45 @@ func TestShapeGolden(t *testing.T) {
 	px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "egress.eu", UID: uid}, Spec: egressv1.ProxySpec{Provider: "local"}}
 	if got, want := createRequest(px, "", "", false, "").Name, "proxy-team-a-egress-eu-9fc4ba29d7"; got != want {
 		t.Errorf("instance name with port 0 = %q, want %q (the name of port %d)", got, want, defaultPort)
+	}
+}
+
+// TestCreateRequestGroup: a member's request names its group (a
+// GroupFronter selects the member's instance by it); anything else's names
+// none, and the group is no part of the instance's name (its shape).
+func TestCreateRequestGroup(t *testing.T) {
+	g := &egressv1.ProxyGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "uid-web"},
+		Spec: egressv1.ProxyGroupSpec{Members: 2, Template: egressv1.ProxyTemplate{Spec: egressv1.ProxySpec{Provider: "local", Port: 3128}}}}
+	member := desiredMember(g, 1, groupAddressing{})
+	member.UID = "uid-member"
+	notMember := member.DeepCopy()
+	notMember.OwnerReferences = nil
+	otherController := member.DeepCopy()
+	otherController.OwnerReferences[0].Kind = "ReplicaSet"
+	otherController.OwnerReferences[0].APIVersion = "apps/v1"
+	wrongLabels := member.DeepCopy()
+	wrongLabels.Labels[egressv1.LabelGroup] = "other"
+
+	cases := []struct {
+		name string
+		px   *egressv1.Proxy
+		want *provider.GroupRef
+	}{
+		{"a member", member, &provider.GroupRef{Namespace: "ns", Name: "web", UID: "uid-web"}},
+		{"no controller", notMember, nil},
+		{"another kind's controller", otherController, nil},
+		{"a member label of another group", wrongLabels, nil},
+		{"a plain Proxy", proxyFor(egressv1.ProxySpec{Provider: "local"}), nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := createRequest(c.px, "", "", false, "").Group
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("Group = %+v, want %+v", got, c.want)
+			}
+		})
+	}
+	if a, b := createRequest(member, "", "", false, "").Name, createRequest(notMember, "", "", false, "").Name; a != b {
+		t.Errorf("the group changes the instance name: %s and %s", a, b)
 	}
 }

@@ -58,6 +58,10 @@ type groupAddressing struct {
 	waiting string
 	// stalled, when set, is a failure only a person can end.
 	stalled *metav1.Condition
+	// front is the endpoint of the group's front, when the template's
+	// provider keeps one (proxygroup_front.go): the group's endpoint,
+	// over every ready member, with no holder.
+	front string
 }
 
 // desiredGroupAddress is member i's spec.groupAddress: nil off a pool;

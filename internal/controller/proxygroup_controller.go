@@ -44,7 +44,7 @@ type ProxyGroupReconciler struct {
 	InstanceChanged func(id string)
 }
 
-// +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=proxygroups,verbs=get;list;watch
+// +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=proxygroups,verbs=get;list;watch;update
 // +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=proxygroups/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=proxygroups/finalizers,verbs=update
 // +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=proxies,verbs=create;delete
@@ -78,9 +78,13 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.Client.Get(ctx, req.NamespacedName, g); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !r.includes(g) || !g.DeletionTimestamp.IsZero() {
-		// Its members go with it (their controller reference).
+	if !r.includes(g) {
 		return ctrl.Result{}, nil
+	}
+	if !g.DeletionTimestamp.IsZero() {
+		// Its members go with it (their controller reference); its
+		// front is removed here.
+		return ctrl.Result{}, r.finalizeFront(ctx, g)
 	}
 	members, conflict, err := r.members(ctx, g)
 	if err != nil {
@@ -90,6 +94,9 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	// A failure to keep the front for now is returned after the status.
+	front, frontErr := r.frontGroup(ctx, g)
+	addressing.front = front.endpoint
 	plan := planGroup(g, members, g.Status.Holder, addressing, time.Now())
 	if conflict != "" && plan.stalled == nil {
 		plan.stalled = &metav1.Condition{Type: egressv1.ConditionStalled, Status: metav1.ConditionTrue,
@@ -97,6 +104,9 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	if addressing.stalled != nil && plan.stalled == nil {
 		plan.stalled = addressing.stalled
+	}
+	if front.stalled != nil && plan.stalled == nil {
+		plan.stalled = front.stalled
 	}
 	for _, i := range plan.create {
 		px := desiredMember(g, i, addressing)
@@ -144,9 +154,10 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 	}
 	holder := ""
-	if !addressing.pooled {
+	if !addressing.pooled && addressing.front == "" {
 		// On a pool the members hold the group's address among
-		// themselves; the operator does not pick one.
+		// themselves, and a front reaches every ready member: the
+		// operator picks no holder.
 		holder = pickHolder(members, int(g.Spec.Members), g.Status.Holder)
 		if holder != g.Status.Holder && g.Status.Holder != "" {
 			r.event(g, "HolderMoved", "the endpoint moved from member %s to %s", g.Status.Holder, orNone(holder))
@@ -167,8 +178,12 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		// A member's progress deadline passes with no change to watch.
 		res.RequeueAfter = plan.recheck
 	}
+	if front.stalled != nil && (res.RequeueAfter == 0 || frontRefusedRecheck < res.RequeueAfter) {
+		res.RequeueAfter = frontRefusedRecheck
+	}
 	st := groupStatus(g, members, plan, holder, g.Status.Conditions, addressing)
 	st.EgressAddress = kept.statusOf()
+	st.FrontProvider = front.provider
 	if !equalGroupStatus(g.Status, st) {
 		g.Status = st
 		if err := r.Client.Status().Update(ctx, g); err != nil {
@@ -180,6 +195,9 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	if moveErr != nil {
 		return ctrl.Result{}, moveErr
+	}
+	if frontErr != nil {
+		return ctrl.Result{}, frontErr
 	}
 	return res, nil
 }

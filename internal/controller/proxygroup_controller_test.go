@@ -438,6 +438,7 @@ func TestProxyGroupValidation(t *testing.T) {
 		{"config/samples/proxygroup_local.yaml", sample("proxygroup_local.yaml"), ""},
 		{"config/samples/proxygroup_kvm.yaml", sample("proxygroup_kvm.yaml"), ""},
 		{"config/samples/proxygroup_gcp.yaml", sample("proxygroup_gcp.yaml"), ""},
+		{"config/samples/proxygroup_kubernetes.yaml", sample("proxygroup_kubernetes.yaml"), ""},
 		{"a group's egressAddress with a pool address", func(g *egressv1.ProxyGroup) {
 			g.Spec.EgressAddress = &egressv1.EgressAddressSpec{Address: "192.0.2.7"}
 		}, "spec.egressAddress.address"},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
@@ -30,7 +31,7 @@ func groupEgressAddress(g *egressv1.ProxyGroup) *provider.EgressAddress {
 	if spec == nil {
 		return nil
 	}
-	owner := &provider.AddressGroup{Namespace: g.Namespace, Name: g.Name, UID: string(g.UID)}
+	owner := ptr.To(groupRef(g))
 	if spec.Name != "" {
 		return &provider.EgressAddress{Name: spec.Name, Group: owner}
 	}

@@ -281,6 +281,9 @@ func pickHolder(members map[int]*egressv1.Proxy, n int, prev string) string {
 func groupStatus(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, plan groupPlan, holder string, prev []metav1.Condition, a groupAddressing) egressv1.ProxyGroupStatus {
 	n := int(g.Spec.Members)
 	st := egressv1.ProxyGroupStatus{ObservedGeneration: g.Generation, Holder: holder, Conditions: slices.Clone(prev)}
+	// egress are the ready members' observed egress addresses, behind a
+	// front: the group's is the one they agree on.
+	egress := map[string]bool{}
 	for i := range n {
 		px := members[i]
 		if px == nil {
@@ -305,6 +308,10 @@ func groupStatus(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, plan g
 			if a.virtual.IsValid() && memberReady(px) && px.Status.EgressIP == a.virtual.Addr().String() {
 				st.EgressIP = px.Status.EgressIP // what the holder's echo saw
 			}
+		case a.front != "":
+			if memberReady(px) && px.Status.EgressIP != "" {
+				egress[px.Status.EgressIP] = true
+			}
 		case px.Name == holder:
 			st.Endpoint, st.EgressIP = px.Status.Endpoint, px.Status.EgressIP
 		}
@@ -312,6 +319,14 @@ func groupStatus(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, plan g
 	if a.pooled && a.virtual.IsValid() {
 		st.Address = a.virtual.Addr().String()
 		st.Endpoint = net.JoinHostPort(st.Address, strconv.Itoa(int(specPort(g.Spec.Template.Spec))))
+	}
+	if a.front != "" {
+		st.Endpoint = a.front
+		if len(egress) == 1 {
+			for ip := range egress {
+				st.EgressIP = ip
+			}
+		}
 	}
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: g.Generation})
@@ -325,6 +340,9 @@ func groupStatus(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, plan g
 	case a.pooled:
 		set(egressv1.ConditionAvailable, metav1.ConditionFalse, egressv1.GroupReasonNoReadyMember,
 			fmt.Sprintf("none of the %d members is ready to hold the group's address %s", n, st.Address))
+	case a.front != "" && st.ReadyMembers > 0:
+		set(egressv1.ConditionAvailable, metav1.ConditionTrue, egressv1.GroupReasonFrontServing,
+			fmt.Sprintf("the group's front %s reaches its %d ready members", st.Endpoint, st.ReadyMembers))
 	case holder != "":
 		set(egressv1.ConditionAvailable, metav1.ConditionTrue, egressv1.GroupReasonHolderReady,
 			fmt.Sprintf("member %s is ready and holds the endpoint %s", holder, st.Endpoint))

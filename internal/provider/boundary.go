@@ -19,6 +19,7 @@ type Bounded struct {
 	Owned     OwnerLister
 	Users     UsersUpdater
 	Mover     EgressAddressMover
+	Fronter   GroupFronter
 }
 
 // WithBoundary puts p behind the one method boundary every provider call
@@ -61,6 +62,9 @@ func WithBoundary(name, providerType string, p Provider) Bounded {
 	}
 	if m, ok := p.(EgressAddressMover); ok {
 		b.Mover = moverBoundary{configured: at, inner: m}
+	}
+	if f, ok := p.(GroupFronter); ok {
+		b.Fronter = fronterBoundary{configured: at, inner: f}
 	}
 	return b
 }
@@ -142,6 +146,10 @@ type (
 		configured
 		inner EgressAddressMover
 	}
+	fronterBoundary struct {
+		configured
+		inner GroupFronter
+	}
 )
 
 var (
@@ -151,6 +159,7 @@ var (
 	_ OwnerLister        = ownerBoundary{}
 	_ UsersUpdater       = usersBoundary{}
 	_ EgressAddressMover = moverBoundary{}
+	_ GroupFronter       = fronterBoundary{}
 )
 
 // Unwrap returns the provider behind the boundary.
@@ -333,4 +342,24 @@ func (m moverBoundary) MoveEgressAddress(ctx context.Context, addr EgressAddress
 		return err
 	}
 	return c.end(m.inner.MoveEgressAddress(ctx, addr, fromID, toID))
+}
+
+func (f fronterBoundary) FrontGroup(ctx context.Context, front GroupFront) (string, error) {
+	ctx, c, err := f.enter(ctx, OpFrontGroup, "group", front.Group.Namespace+"/"+front.Group.Name)
+	if err != nil {
+		return "", err
+	}
+	endpoint, err := f.inner.FrontGroup(ctx, front)
+	if err = c.end(err, "endpoint", endpoint); err != nil {
+		return "", err
+	}
+	return endpoint, nil
+}
+
+func (f fronterBoundary) RemoveGroupFront(ctx context.Context, g GroupRef) error {
+	ctx, c, err := f.enter(ctx, OpRemoveGroupFront, "group", g.Namespace+"/"+g.Name)
+	if err != nil {
+		return err
+	}
+	return c.end(f.inner.RemoveGroupFront(ctx, g))
 }

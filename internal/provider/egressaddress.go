@@ -35,12 +35,7 @@ type EgressAddress struct {
 	// holds it (the group decided the move; no instance of another
 	// installation, nor anything else, is ever taken from). Create never
 	// sees a group's address: members come up on addresses of their own.
-	Group *AddressGroup
-}
-
-// AddressGroup names the ProxyGroup an egress address belongs to.
-type AddressGroup struct {
-	Namespace, Name, UID string
+	Group *GroupRef
 }
 
 // EgressAddressMover is implemented by providers that keep an egress

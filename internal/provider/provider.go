@@ -232,6 +232,12 @@ type CreateRequest struct {
 	// is no group member, or its group's address is kept otherwise. A
 	// provider that cannot hold one refuses with ErrPermanent.
 	GroupAddress *GroupAddress
+	// Group, when set, is the ProxyGroup the instance is a member of. A
+	// GroupFronter marks the instance with it, so that the group's front
+	// selects it, and places the group's members apart where it can; any
+	// other provider ignores it. It is no part of the instance's shape:
+	// an instance's group never changes.
+	Group *GroupRef
 }
 
 // CheckResult is the outcome of one health check.

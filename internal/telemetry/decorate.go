@@ -95,6 +95,9 @@ func Decorate(tp trace.TracerProvider) registry.Decorator {
 		if e.Mover != nil {
 			e.Mover = &tracedMover{inner: e.Mover, m: m}
 		}
+		if e.Fronter != nil {
+			e.Fronter = &tracedFronter{inner: e.Fronter, m: m}
+		}
 	}
 }
 
@@ -326,6 +329,27 @@ type tracedMover struct {
 func (t *tracedMover) MoveEgressAddress(ctx context.Context, addr provider.EgressAddress, fromID, toID string) error {
 	ctx, c := t.m.begin(ctx, provider.OpMoveEgressAddress, toID, nil)
 	err := t.inner.MoveEgressAddress(ctx, addr, fromID, toID)
+	t.m.endErr(c, err)
+	return err
+}
+
+// tracedFronter is a GroupFronter with a span and metrics around each
+// call; no instance is its key (the boundary's log line names the group).
+type tracedFronter struct {
+	inner provider.GroupFronter
+	m     *meter
+}
+
+func (t *tracedFronter) FrontGroup(ctx context.Context, f provider.GroupFront) (string, error) {
+	ctx, c := t.m.begin(ctx, provider.OpFrontGroup, "", nil)
+	endpoint, err := t.inner.FrontGroup(ctx, f)
+	t.m.endErr(c, err)
+	return endpoint, err
+}
+
+func (t *tracedFronter) RemoveGroupFront(ctx context.Context, g provider.GroupRef) error {
+	ctx, c := t.m.begin(ctx, provider.OpRemoveGroupFront, "", nil)
+	err := t.inner.RemoveGroupFront(ctx, g)
 	t.m.endErr(c, err)
 	return err
 }

@@ -83,6 +83,10 @@ type Backend struct {
 	// what MoveEgressAddress did: egressaddress.go.
 	addresses map[string]string
 	moves     []Move
+	// fronts are the group fronts by group UID, and frontsRemoved the
+	// groups whose front RemoveGroupFront removed: groupfront.go.
+	fronts        map[string]provider.GroupFront
+	frontsRemoved []provider.GroupRef
 	// createdServing is the serving signal of the instances Create makes
 	// (SetCreatedServing).
 	createdServing Serving

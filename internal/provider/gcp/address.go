@@ -101,7 +101,7 @@ func proxyOwner(req provider.CreateRequest) addressOwner {
 	return addressOwner{namespace: req.Namespace, name: req.ProxyName, kind: ownerProxy, uid: req.UID}
 }
 
-func groupOwner(g *provider.AddressGroup) addressOwner {
+func groupOwner(g *provider.GroupRef) addressOwner {
 	return addressOwner{namespace: g.Namespace, name: g.Name, kind: ownerGroup, uid: g.UID}
 }
 

@@ -16,7 +16,7 @@ import (
 
 // testGroup is the ProxyGroup team-a/g; its members are Proxies of their
 // own (testRequest's, each with its own UID).
-var testGroup = provider.AddressGroup{Namespace: "team-a", Name: "g", UID: "uid-group-g"}
+var testGroup = provider.GroupRef{Namespace: "team-a", Name: "g", UID: "uid-group-g"}
 
 // groupAddress is testGroup's address as its controller names it:
 // reserved by the provider unless reserve is false (the user's).

@@ -20,13 +20,16 @@ import (
 const checkTarget = "apiserver"
 
 // needed are the permissions the provider uses, on every kind it writes:
-// get and create (Create, adoption), patch (adoption fills in an empty UID
-// label), list (ListByTag lists the Pods, ListSecondary the Services and
-// ConfigMaps) and delete.
+// get and create (Create, adoption, FrontGroup), patch (adoption fills in
+// an empty UID label, FrontGroup brings a group's Service and
+// PodDisruptionBudget to the group), list (ListByTag lists the Pods,
+// ListSecondary the Services, ConfigMaps, Secrets, NetworkPolicies and
+// PodDisruptionBudgets) and delete.
 // The instance watch adds watch on pods.
 var (
-	neededVerbs      = []string{"get", "list", "create", "patch", "delete"}
-	neededResources  = []groupResource{{"", "pods"}, {"", "services"}, {"", "configmaps"}, {"", "secrets"}, {"networking.k8s.io", "networkpolicies"}}
+	neededVerbs     = []string{"get", "list", "create", "patch", "delete"}
+	neededResources = []groupResource{{"", "pods"}, {"", "services"}, {"", "configmaps"}, {"", "secrets"},
+		{"networking.k8s.io", "networkpolicies"}, {"policy", "poddisruptionbudgets"}}
 	watchedResources = []groupResource{{"", "pods"}}
 )
 

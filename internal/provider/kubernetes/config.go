@@ -180,6 +180,8 @@ var reservedPodLabels = map[string]string{
 	provider.MarkInstallation: "the operator's mark naming the installation, which listing and garbage collection select",
 	labelName:                 "the provider sets it to " + labelNameValue + " on every object of an instance",
 	labelManagedBy:            "the provider sets it to " + managedByValue + " on every object of an instance",
+	labelGroupUID: "the provider sets it to the ProxyGroup's UID on the group's member Pods, and it is what the group's " +
+		"Service, PodDisruptionBudget and the members' anti-affinity select: a value of the entry's would add Pods to a group or take them out",
 }
 
 // reservedPodAnnotations are the annotation keys the provider sets on a Pod.

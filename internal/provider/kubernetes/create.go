@@ -66,6 +66,9 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.Cre
 		if err != nil {
 			return provider.Instance{}, "", err
 		}
+		if pod, err = fillGroupLabel(ctx, p, s, pod, pods.Patch); err != nil {
+			return provider.Instance{}, "", err
+		}
 		if err := p.ensureSecondary(ctx, c, s); err != nil {
 			return provider.Instance{}, "", err
 		}
@@ -88,6 +91,9 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.Cre
 		if err == nil {
 			if err = p.adoptable(pod.Labels, req.UID, "pod", s); err == nil {
 				pod, err = fillUIDMark(ctx, p, "pod", s, pod, pods.Patch)
+			}
+			if err == nil {
+				pod, err = fillGroupLabel(ctx, p, s, pod, pods.Patch)
 			}
 		}
 		how = "adopted"

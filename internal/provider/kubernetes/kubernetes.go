@@ -10,6 +10,11 @@
 // removed by hand leaves, are listed for the garbage collector wherever
 // they live.
 //
+// A ProxyGroup's members are such instances, labelled with the group's UID
+// and spread across nodes; the group gets one Service over them, its
+// endpoint, and a PodDisruptionBudget (group.go, provider.GroupFronter),
+// which ListSecondary lists as objects of no instance.
+//
 // The provider talks to the API server with its own typed client built from
 // a *rest.Config taken lazily from ctrl.GetConfig() on first use: the
 // constructor never reaches the cluster.
@@ -60,7 +65,8 @@ const (
 
 // Provider runs instances as Pods. It implements provider.Provider,
 // provider.Checker, provider.SecondaryLister, provider.InstanceWatcher (a
-// watch of its Pods) and io.Closer (the watch, the echo's observations).
+// watch of its Pods), provider.GroupFronter (a group's Service and
+// PodDisruptionBudget) and io.Closer (the watch, the echo's observations).
 type Provider struct {
 	name string
 	opts provider.Options
@@ -102,8 +108,9 @@ const (
 )
 
 var (
-	_ provider.Provider = (*Provider)(nil)
-	_ provider.Checker  = (*Provider)(nil)
+	_ provider.Provider     = (*Provider)(nil)
+	_ provider.Checker      = (*Provider)(nil)
+	_ provider.GroupFronter = (*Provider)(nil)
 )
 
 // New builds a provider named name (the configured name, used in every error

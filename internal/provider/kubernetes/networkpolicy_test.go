@@ -341,6 +341,21 @@ func TestLeastPrivilege_ProviderRBACIsNamespaced(t *testing.T) {
 	if err := p.Delete(ctx, inst.ID); err != nil {
 		t.Errorf("Delete with the component's Role: %v", err)
 	}
+	// A group's front (its PodDisruptionBudget among the rights), listed
+	// for the collector and removed, with the same rights.
+	g := provider.GroupRef{Namespace: ns, Name: "least", UID: "group-uid-least"}
+	if _, err := p.FrontGroup(ctx, provider.GroupFront{Group: g, Port: 3128, Members: 2}); err != nil {
+		t.Errorf("FrontGroup with the component's Role: %v", err)
+	}
+	if _, err := p.FrontGroup(ctx, provider.GroupFront{Group: g, Port: 8080, Members: 2}); err != nil {
+		t.Errorf("FrontGroup of a changed port with the component's Role: %v", err)
+	}
+	if list, err := p.ListSecondary(ctx); err != nil || len(list) != 2 {
+		t.Errorf("ListSecondary with the component's Role: %+v, %v; want the front's two objects", list, err)
+	}
+	if err := p.RemoveGroupFront(ctx, g); err != nil {
+		t.Errorf("RemoveGroupFront with the component's Role: %v", err)
+	}
 	// The same rights do not reach other namespaces: an entry without
 	// namespace: needs the cluster-wide variant, and Check says so.
 	everywhere := newAPIProvider(t, "inst", Config{}, u.Config())

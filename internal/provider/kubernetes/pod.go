@@ -119,6 +119,13 @@ func (p *Provider) resolve(req provider.CreateRequest) (spec, error) {
 			problems = append(problems, fmt.Sprintf("%s %q: %s", kv[0], kv[1], strings.Join(msgs, "; ")))
 		}
 	}
+	if g := req.Group; g != nil {
+		// The group's UID is the member label's value, which the group's
+		// Service selects.
+		if msgs := validation.IsValidLabelValue(g.UID); g.UID == "" || len(msgs) > 0 {
+			problems = append(problems, fmt.Sprintf("group UID %q is not a label value: %s", g.UID, strings.Join(msgs, "; ")))
+		}
+	}
 	if len(problems) > 0 {
 		return spec{}, provider.Errorf(provider.ErrPermanent, "invalid request: %s", strings.Join(problems, "; "))
 	}
@@ -163,10 +170,18 @@ func (p *Provider) meta(s spec) metav1.ObjectMeta {
 // Validation refused the provider's own keys; the provider's values are
 // applied last anyway, so the Service's and NetworkPolicy's selectors and
 // the marks can never take the entry's value.
+//
+// A member of a ProxyGroup (req.Group) also carries labelGroupUID, on the
+// Pod only: it is what the group's Service, PodDisruptionBudget and the
+// members' anti-affinity select (group.go), and the instance's other
+// objects must not look like the group's to the listings.
 func (p *Provider) podMeta(s spec) metav1.ObjectMeta {
 	m := p.meta(s)
 	m.Labels = withOurs(p.cfg.PodLabels, m.Labels)
 	m.Annotations = withOurs(p.cfg.PodAnnotations, m.Annotations)
+	if g := s.req.Group; g != nil {
+		m.Labels[labelGroupUID] = g.UID
+	}
 	return m
 }
 
@@ -264,7 +279,7 @@ func (p *Provider) buildPod(s spec) *corev1.Pod {
 				FSGroup:        fsGroup,
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			Affinity: nodeAffinity(s.req.Placement),
+			Affinity: podAffinity(s),
 			Containers: []corev1.Container{{
 				Name:  containerName,
 				Image: p.cfg.Image,
@@ -296,6 +311,20 @@ func (p *Provider) buildPod(s spec) *corev1.Pod {
 		},
 	}
 	return pod
+}
+
+// podAffinity is the Pod's affinity: placement's node affinity and, for a
+// group's member, the spread from the group's other members; nil when
+// neither applies (a Proxy with no group and no zone or region).
+func podAffinity(s spec) *corev1.Affinity {
+	a := nodeAffinity(s.req.Placement)
+	if g := s.req.Group; g != nil {
+		if a == nil {
+			a = &corev1.Affinity{}
+		}
+		a.PodAntiAffinity = groupAntiAffinity(g.UID)
+	}
+	return a
 }
 
 // nodeAffinity pins the Pod to placement's zone and region; nil when

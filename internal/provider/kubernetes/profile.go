@@ -25,7 +25,7 @@ func Profile() profile.Profile {
 		PrimaryKey:         profile.Is(profile.PrimaryKeyNameIsKey).Note("`<namespace>/<name>`, with a UID guard (`provider.CheckAdoption`); an adopted object whose UID label is empty gets it by a merge patch preconditioned on its resourceVersion"),
 		ProvisioningState:  profile.Is(profile.ProvisioningStateNative).Note("the Pod's phase and Ready condition"),
 		AsyncOps:           profile.Is(profile.AsyncOpsNone),
-		SecondaryResources: profile.Is(profile.SecondaryResourcesExplicit, profile.SecondaryResourcesCascade).Note("Service, ConfigMap and NetworkPolicy removed by name, UID-preconditioned, and listed by `ListSecondary` (IDs `<kind>/<namespace>/<name>/<object UID>`); plus an OwnerReference to the Proxy in its own namespace"),
+		SecondaryResources: profile.Is(profile.SecondaryResourcesExplicit, profile.SecondaryResourcesCascade).Note("Service, ConfigMap, Secret and NetworkPolicy removed by name, UID-preconditioned, and listed by `ListSecondary` (IDs `<kind>/<namespace>/<name>/<object UID>`), as are a ProxyGroup's Service and PodDisruptionBudget, with no instance; plus an OwnerReference to the Proxy (or ProxyGroup) in its own namespace"),
 		Credentials:        profile.Is(profile.CredentialsWorkloadIdentity).Note("in-cluster config or kubeconfig via `ctrl.GetConfig()`, loaded on first use"),
 		ClientKind:         profile.Is(profile.ClientKindVendorSDK).Note("client-go typed clientset, its own rate limit (`clientQPS`, `clientBurst`)"),
 		Timeouts:           profile.Is(profile.TimeoutsCtxOnly),
@@ -44,7 +44,7 @@ func Profile() profile.Profile {
 		States:    []provider.State{provider.StateProvisioning, provider.StateRunning, provider.StateTerminated},
 		Check: profile.CheckUse{
 			Implemented: true,
-			Probes:      "`/version`, then a SelfSubjectAccessReview per verb and resource (pods, services, configmaps, networkpolicies) in the target namespace; details `serverVersion`, `namespace`, `missing`",
+			Probes:      "`/version`, then a SelfSubjectAccessReview per verb and resource (pods, services, configmaps, secrets, networkpolicies, poddisruptionbudgets) in the target namespace; details `serverVersion`, `namespace`, `missing`",
 			Reasons: []string{provider.ReasonHealthy, provider.ReasonForbidden, provider.ReasonUnauthorized,
 				provider.ReasonTimeout, provider.ReasonAPIError, provider.ReasonUnreachable},
 		},

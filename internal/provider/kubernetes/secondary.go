@@ -114,8 +114,14 @@ var secondaryKinds = []objectKind{
 		}),
 }
 
+// collectableKinds are the kinds DeleteSecondary accepts: an instance's
+// secondaries and a group front's objects (group.go).
+func collectableKinds() []objectKind {
+	return append(append([]objectKind{}, secondaryKinds...), groupKinds...)
+}
+
 func secondaryKind(kind string) (objectKind, bool) {
-	for _, k := range secondaryKinds {
+	for _, k := range collectableKinds() {
 		if k.kind == kind {
 			return k, true
 		}
@@ -142,12 +148,13 @@ func parseSecondaryID(id string) (k objectKind, namespace, name string, uid type
 		}
 	}
 	return objectKind{}, "", "", "", provider.Errorf(provider.ErrPermanent,
-		"malformed secondary ID %q: want <%s>/<namespace>/<instance name>/<uid>", id, strings.Join(secondaryKindNames(), "|"))
+		"malformed secondary ID %q: want <%s>/<namespace>/<name>/<uid>", id, strings.Join(secondaryKindNames(), "|"))
 }
 
 func secondaryKindNames() []string {
-	names := make([]string, len(secondaryKinds))
-	for i, k := range secondaryKinds {
+	kinds := collectableKinds()
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
 		names[i] = k.kind
 	}
 	return names
@@ -185,6 +192,12 @@ func (p *Provider) listOurs(ctx context.Context, c clientset.Interface, k object
 // name that is not ours (its marks stripped by hand) still counts as the
 // instance, since it may mount the ConfigMap: for each secondary whose Pod
 // the marked listing lacks, one Get of the Pod decides.
+//
+// The group fronts' Services and PodDisruptionBudgets (groupKinds) are
+// listed too, apart: they carry labelGroupUID, which an instance's objects
+// never do, and are no instance's (Instance empty, InstanceGone true,
+// their UID mark the group's), so that no group Service is taken for an
+// instance's Service whose Pod is gone.
 func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, error) {
 	c, err := p.begin(ctx, provider.OpListSecondary)
 	if err != nil {
@@ -223,21 +236,30 @@ func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 			gone++
 		}
 	}
+	fronts, err := p.listGroupFronts(ctx, c, p.selector())
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, fronts...)
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	provider.Note(ctx, "instanceGone", gone)
+	provider.Note(ctx, "instanceGone", gone, "groupFronts", len(fronts))
 	return out, nil
 }
 
 // listSecondaries lists the objects of every secondary kind that sel
-// matches, with InstanceGone unset.
+// matches, with InstanceGone unset: an instance's objects only, never a
+// group front's (instanceSelector).
 func (p *Provider) listSecondaries(ctx context.Context, c clientset.Interface, sel string) ([]provider.Secondary, error) {
 	out := []provider.Secondary{}
 	for _, k := range secondaryKinds {
-		objs, err := p.listOurs(ctx, c, k, sel)
+		objs, err := p.listOurs(ctx, c, k, instanceSelector(sel))
 		if err != nil {
 			return nil, err
 		}
 		for _, obj := range objs {
+			if obj.GetLabels()[labelGroupUID] != "" { // the selector did it
+				continue
+			}
 			out = append(out, provider.Secondary{
 				ID:         secondaryID(k.kind, obj.GetNamespace(), obj.GetName(), obj.GetUID()),
 				Kind:       k.kind,
@@ -254,7 +276,9 @@ func (p *Provider) listSecondaries(ctx context.Context, c clientset.Interface, s
 // ListOwnedSecondaries is ListSecondary for the objects whose UID mark is
 // uid, one LIST of each kind with the owner in the selector, sorted by ID;
 // InstanceGone is left false, as provider.OwnerLister allows, which saves
-// the Pods' listing.
+// the Pods' listing. It lists a Proxy's instances' objects only: a group
+// front's, whose UID mark is a ProxyGroup's, is RemoveGroupFront's and
+// the collector's, never a Proxy's deletion pass's.
 func (p *Provider) ListOwnedSecondaries(ctx context.Context, uid string) ([]provider.Secondary, error) {
 	c, err := p.begin(ctx, provider.OpListOwnedSecondaries)
 	if err != nil {
@@ -272,7 +296,8 @@ func (p *Provider) ListOwnedSecondaries(ctx context.Context, uid string) ([]prov
 	return out, nil
 }
 
-// DeleteSecondary deletes the object the ID names, only when it is still
+// DeleteSecondary deletes the object the ID names (an instance's secondary
+// or a group front's object), only when it is still
 // the object listed (same UID, a precondition of the delete) and ours; one
 // that is gone, recreated since or not ours counts as deleted and is left
 // alone.

@@ -164,3 +164,21 @@ func (c *countedMover) MoveEgressAddress(ctx context.Context, addr provider.Egre
 	defer c.calls.exit()
 	return c.inner.MoveEgressAddress(ctx, addr, fromID, toID)
 }
+
+// countedFronter counts each group front call in flight.
+type countedFronter struct {
+	inner provider.GroupFronter
+	calls *inflight
+}
+
+func (c *countedFronter) FrontGroup(ctx context.Context, f provider.GroupFront) (string, error) {
+	c.calls.enter()
+	defer c.calls.exit()
+	return c.inner.FrontGroup(ctx, f)
+}
+
+func (c *countedFronter) RemoveGroupFront(ctx context.Context, g provider.GroupRef) error {
+	c.calls.enter()
+	defer c.calls.exit()
+	return c.inner.RemoveGroupFront(ctx, g)
+}

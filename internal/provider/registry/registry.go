@@ -57,6 +57,10 @@ type Entry struct {
 	// (provider.EgressAddressMover); the reconciler calls it at a
 	// replacement's cutover.
 	Mover provider.EgressAddressMover
+	// Fronter is nil when the provider puts no front of its own before a
+	// group's members (provider.GroupFronter); the group's controller
+	// calls it on every pass and once the group is deleted.
+	Fronter provider.GroupFronter
 	// PollInterval comes from the type.
 	PollInterval time.Duration
 	// Revision changes whenever the entry is rebuilt with other settings,
@@ -318,6 +322,9 @@ func (r *Registry) build(name, typ string, settings any) (*Entry, error) {
 	}
 	if b.Mover != nil {
 		e.Mover = &countedMover{inner: b.Mover, calls: e.calls}
+	}
+	if b.Fronter != nil {
+		e.Fronter = &countedFronter{inner: b.Fronter, calls: e.calls}
 	}
 	for _, d := range r.decorators {
 		d(e)
