@@ -91,9 +91,9 @@ func (cl *cluster) testProxyGroup(t *testing.T) {
 		if err := cl.c.Get(ctx, front, pdb); err != nil {
 			return err
 		}
-		if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 ||
+		if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 ||
 			pdb.Status.ExpectedPods != 2 || pdb.Status.DisruptionsAllowed != 1 {
-			return fmt.Errorf("maxUnavailable %v, status %+v", pdb.Spec.MaxUnavailable, pdb.Status)
+			return fmt.Errorf("minAvailable %v, status %+v", pdb.Spec.MinAvailable, pdb.Status)
 		}
 		return nil
 	})

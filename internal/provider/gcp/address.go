@@ -525,7 +525,9 @@ func (p *Provider) MoveEgressAddress(ctx context.Context, addr provider.EgressAd
 		if z, n, ok := p.instanceOfLink(users[0]); ok && z == toZone && n == toName {
 			log.V(1).Info("gcp egress address already on the instance; nothing to move", "ip", ip)
 			provider.Note(ctx, "moved", "already")
-			return nil
+			// A move that failed after the address moved owes its
+			// earlier holder an address still.
+			return p.giveEphemeralBack(ctx, api, path)
 		}
 	}
 	if a.GetStatus() == "RESERVING" {
@@ -585,6 +587,14 @@ func (p *Provider) MoveEgressAddress(ctx context.Context, addr provider.EgressAd
 		}); err != nil {
 			return err
 		}
+		if grouped {
+			// A member that still runs (the holder that stopped serving,
+			// or one a move whose status was never written left the
+			// address on), with no external address, could never egress
+			// nor serve again: it gets an ephemeral one back once the new
+			// holder has the group's.
+			p.oweEphemeral(h.zone, h.name)
+		}
 	}
 
 	// toID's own access config (its ephemeral address) goes: a network
@@ -615,6 +625,59 @@ func (p *Provider) MoveEgressAddress(ctx context.Context, addr provider.EgressAd
 	log.V(1).Info("gcp egress address moved", "ip", ip,
 		"seconds", fmt.Sprintf("%.3f", done.Sub(start).Seconds()), "gapSeconds", fmt.Sprintf("%.3f", done.Sub(released).Seconds()))
 	provider.Note(ctx, "moved", "yes", "gapSeconds", fmt.Sprintf("%.3f", done.Sub(released).Seconds()))
+	return p.giveEphemeralBack(ctx, api, path)
+}
+
+// instanceRef names an instance by zone and name.
+type instanceRef struct{ zone, name string }
+
+// oweEphemeral records that instance zone/name gave a group's egress
+// address up and has no external address now.
+func (p *Provider) oweEphemeral(zone, name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.owedEphemeral == nil {
+		p.owedEphemeral = map[string]instanceRef{}
+	}
+	p.owedEphemeral[formatID(zone, name)] = instanceRef{zone, name}
+}
+
+// giveEphemeralBack gives each instance that gave a group's address up an
+// ephemeral external address (addAccessConfig without natIP), unless it is
+// gone or has an access config already. A failure leaves it owed and is
+// Transient: the group's controller moves again with backoff, and the
+// move (already done) settles what is owed. The memory is the process's:
+// after a restart an instance left without an address is noticed only by
+// a person (it never becomes ready: its Proxy says so).
+func (p *Provider) giveEphemeralBack(ctx context.Context, api computeAPI, path string) error {
+	p.mu.Lock()
+	owed := make([]instanceRef, 0, len(p.owedEphemeral))
+	for _, r := range p.owedEphemeral {
+		owed = append(owed, r)
+	}
+	p.mu.Unlock()
+	log := logr.FromContextOrDiscard(ctx)
+	for _, r := range owed {
+		id := formatID(r.zone, r.name)
+		in, err := api.GetInstance(ctx, r.zone, r.name)
+		switch {
+		case isNotFound(err):
+		case err != nil:
+			return reclassify(classify(err, call{what: "reading instance " + id + ", which gave egress address " + path + " up"}),
+				provider.ErrTransient, "giving an ephemeral address back")
+		case nicOf(in) != nil && len(nicOf(in).GetAccessConfigs()) == 0:
+			body := &computepb.AccessConfig{Name: proto.String(externalNATName), Type: proto.String(oneToOneNAT)}
+			if err := p.accessConfigOp(ctx, api, r.zone, r.name, "addAccessConfig", "", func() (*computepb.Operation, error) {
+				return api.AddAccessConfig(ctx, r.zone, r.name, nicOf(in).GetName(), body)
+			}); err != nil {
+				return reclassify(err, provider.ErrTransient, "the egress address moved; giving instance "+id+" an ephemeral address back")
+			}
+			log.V(1).Info("gcp ephemeral address given back to the instance that gave the egress address up", "instance", id)
+		}
+		p.mu.Lock()
+		delete(p.owedEphemeral, id)
+		p.mu.Unlock()
+	}
 	return nil
 }
 

@@ -127,6 +127,10 @@ func TestGroupAddressReservedAndMovedBetweenMembers(t *testing.T) {
 		"POST " + formatID(testZone, reqA.Name) + "/deleteAccessConfig",
 		"POST " + formatID(testZone, reqB.Name) + "/deleteAccessConfig",
 		"POST " + formatID(testZone, reqB.Name) + "/addAccessConfig",
+		// A still runs: it gets an ephemeral address back, after B
+		// holds the group's.
+		"GET " + formatID(testZone, reqA.Name),
+		"POST " + formatID(testZone, reqA.Name) + "/addAccessConfig",
 	}
 	if strings.Join(calls, "\n") != strings.Join(wantCalls, "\n") {
 		t.Errorf("the move's calls (waits left out):\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(wantCalls, "\n"))
@@ -136,6 +140,9 @@ func TestGroupAddressReservedAndMovedBetweenMembers(t *testing.T) {
 	}
 	if hasAccessConfigWith(t, env, reqA.Name, ip) {
 		t.Errorf("A still has an access config with %s", ip)
+	}
+	if got := natIPOfInstance(t, env, reqA.Name); got == "" || got == ip {
+		t.Errorf("A, which still runs, has external address %q after giving the group's (%s) up; want an ephemeral one of its own", got, ip)
 	}
 
 	// Again: already on B, one read.

@@ -78,6 +78,11 @@ type Provider struct {
 	// serving is the last serving signal read per instance ID (serving.go:
 	// at most one getGuestAttributes per instance per report interval).
 	serving map[string]servingMemo
+	// owedEphemeral are the instances that gave a group's egress address
+	// up in a move and have no external address since: each gets an
+	// ephemeral one back (address.go, giveEphemeralBack), by the move that
+	// took the address or, when that failed, by the next move.
+	owedEphemeral map[string]instanceRef
 
 	// built is the lazily made client: nothing is made or read before
 	// the first call (constructors do not reach the backend).

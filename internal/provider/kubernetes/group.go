@@ -128,6 +128,9 @@ type front struct {
 	name, namespace string
 	group           provider.GroupRef
 	port            int32
+	// members is the group's size (GroupFront.Members): the budget keeps
+	// all but one.
+	members int32
 }
 
 // resolveFront validates a group (and the port, when withPort) against
@@ -220,17 +223,20 @@ func (p *Provider) buildGroupService(f front) *corev1.Service {
 }
 
 // buildGroupPDB lets voluntary disruptions (a node drain's evictions) take
-// one member at a time, whatever the group's size: with one member, that
-// member may go (a budget that allowed none would block the drain for
-// ever). A member that is not ready may always be evicted
-// (AlwaysAllow): it serves nothing, and holding a drain on it helps no
-// client. GroupFront.Members is not read: one at a time holds for any
-// size, so a resized group's budget needs no write.
+// one member at a time: minAvailable is the group's size less one, an
+// integer, since the disruption controller computes a maxUnavailable (or a
+// percentage) from the Pods' controller's scale subresource, which a Proxy
+// has not ("proxies.egress.proxy-operator.dev does not implement the scale
+// subresource", and no eviction is ever allowed), while an integer
+// minAvailable counts the selected Pods. With one member, that member may
+// go (a budget that allowed none would block the drain for ever). A member
+// that is not ready may always be evicted (AlwaysAllow): it serves
+// nothing, and holding a drain on it helps no client.
 func (p *Provider) buildGroupPDB(f front) *policyv1.PodDisruptionBudget {
 	return &policyv1.PodDisruptionBudget{
 		ObjectMeta: p.groupMeta(f),
 		Spec: policyv1.PodDisruptionBudgetSpec{
-			MaxUnavailable:             ptr.To(intstr.FromInt32(1)),
+			MinAvailable:               ptr.To(intstr.FromInt32(max(f.members-1, 0))),
 			Selector:                   &metav1.LabelSelector{MatchLabels: groupSelector(f.group.UID)},
 			UnhealthyPodEvictionPolicy: ptr.To(policyv1.AlwaysAllow),
 		},
@@ -287,6 +293,7 @@ func (p *Provider) frontGroup(ctx context.Context, gf provider.GroupFront) (stri
 	if err != nil {
 		return "", outcomes, err
 	}
+	f.members = gf.Members
 	svcs := c.CoreV1().Services(f.namespace)
 	pdbs := c.PolicyV1().PodDisruptionBudgets(f.namespace)
 	wantSvc, wantPDB := p.buildGroupService(f), p.buildGroupPDB(f)
@@ -492,8 +499,8 @@ func samePorts(have, want []corev1.ServicePort) bool {
 	return true
 }
 
-// pdbSpecPatch brings the budget's selector, maxUnavailable (with no
-// minAvailable beside it) and unhealthy-Pod eviction policy to want's.
+// pdbSpecPatch brings the budget's selector, minAvailable (with no
+// maxUnavailable beside it) and unhealthy-Pod eviction policy to want's.
 func pdbSpecPatch(have, want *policyv1.PodDisruptionBudget) map[string]any {
 	sp := map[string]any{}
 	wantSel := want.Spec.Selector.MatchLabels
@@ -504,9 +511,9 @@ func pdbSpecPatch(have, want *policyv1.PodDisruptionBudget) map[string]any {
 		}
 		sp["selector"] = map[string]any{"matchLabels": replacing(old, wantSel), "matchExpressions": nil}
 	}
-	if have.Spec.MinAvailable != nil || have.Spec.MaxUnavailable == nil || *have.Spec.MaxUnavailable != *want.Spec.MaxUnavailable {
-		sp["maxUnavailable"] = want.Spec.MaxUnavailable
-		sp["minAvailable"] = nil
+	if have.Spec.MaxUnavailable != nil || have.Spec.MinAvailable == nil || *have.Spec.MinAvailable != *want.Spec.MinAvailable {
+		sp["minAvailable"] = want.Spec.MinAvailable
+		sp["maxUnavailable"] = nil
 	}
 	if ptr.Deref(have.Spec.UnhealthyPodEvictionPolicy, "") != *want.Spec.UnhealthyPodEvictionPolicy {
 		sp["unhealthyPodEvictionPolicy"] = want.Spec.UnhealthyPodEvictionPolicy

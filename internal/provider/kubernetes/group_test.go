@@ -208,6 +208,7 @@ func TestBuildGroupFront(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			f.members = 3
 			svc, pdb := p.buildGroupService(f), p.buildGroupPDB(f)
 			wantName := groupFrontName(g.Namespace, g.Name)
 			if got := groupEndpoint(f); got != wantName+"."+tc.namespace+".svc:8080" {
@@ -248,9 +249,9 @@ func TestBuildGroupFront(t *testing.T) {
 			if !maps.Equal(svc.Spec.Selector, wantSelector) {
 				t.Errorf("service selector %v, want %v", svc.Spec.Selector, wantSelector)
 			}
-			if pdb.Spec.MaxUnavailable == nil || *pdb.Spec.MaxUnavailable != intstr.FromInt32(1) || pdb.Spec.MinAvailable != nil ||
+			if pdb.Spec.MinAvailable == nil || *pdb.Spec.MinAvailable != intstr.FromInt32(2) || pdb.Spec.MaxUnavailable != nil ||
 				pdb.Spec.Selector == nil || len(pdb.Spec.Selector.MatchExpressions) != 0 || !maps.Equal(pdb.Spec.Selector.MatchLabels, wantSelector) {
-				t.Errorf("pdb spec %+v, want maxUnavailable 1 over %v", pdb.Spec, wantSelector)
+				t.Errorf("pdb spec %+v, want minAvailable 2 (3 members less one), an integer, over %v", pdb.Spec, wantSelector)
 			}
 			for k := range wantSelector {
 				if _, ok := reservedPodLabels[k]; !ok {
@@ -355,7 +356,7 @@ func TestFrontGroupOnAPIServer(t *testing.T) {
 		!equality.Semantic.DeepEqual(svc.OwnerReferences, owner) || svc.Labels[provider.MarkUID] != g.UID {
 		t.Errorf("front service %+v", svc)
 	}
-	if !maps.Equal(pdb.Spec.Selector.MatchLabels, wantSelector) || pdb.Spec.MaxUnavailable.IntValue() != 1 ||
+	if !maps.Equal(pdb.Spec.Selector.MatchLabels, wantSelector) || pdb.Spec.MinAvailable.IntValue() != 1 || pdb.Spec.MaxUnavailable != nil ||
 		!equality.Semantic.DeepEqual(pdb.OwnerReferences, owner) || pdb.Labels[provider.MarkUID] != g.UID {
 		t.Errorf("front budget %+v", pdb)
 	}
@@ -389,12 +390,12 @@ func TestFrontGroupOnAPIServer(t *testing.T) {
 	}
 
 	// Edited by hand: a selector key added, the budget turned to
-	// minAvailable. Both are put back, the key removed.
+	// maxUnavailable. Both are put back, the key removed.
 	svc3.Spec.Selector["someone"] = "else"
 	if _, err := cs.CoreV1().Services(ns).Update(ctx, svc3, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pdb3.Spec.MaxUnavailable, pdb3.Spec.MinAvailable = nil, ptr.To(intstr.FromInt32(2))
+	pdb3.Spec.MaxUnavailable, pdb3.Spec.MinAvailable = ptr.To(intstr.FromInt32(1)), nil
 	if _, err := cs.PolicyV1().PodDisruptionBudgets(ns).Update(ctx, pdb3, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +406,7 @@ func TestFrontGroupOnAPIServer(t *testing.T) {
 	if !maps.Equal(svc4.Spec.Selector, wantSelector) {
 		t.Errorf("edited selector not put back: %v, want %v", svc4.Spec.Selector, wantSelector)
 	}
-	if pdb4.Spec.MinAvailable != nil || pdb4.Spec.MaxUnavailable == nil || pdb4.Spec.MaxUnavailable.IntValue() != 1 {
+	if pdb4.Spec.MaxUnavailable != nil || pdb4.Spec.MinAvailable == nil || pdb4.Spec.MinAvailable.IntValue() != 1 {
 		t.Errorf("edited budget not put back: %+v", pdb4.Spec)
 	}
 
@@ -417,6 +418,9 @@ func TestFrontGroupOnAPIServer(t *testing.T) {
 		t.Fatalf("FrontGroup of the group made again: %q, %v", endpoint, err)
 	}
 	svc5, pdb5 := groupFrontObjects(t, cs, ns, name)
+	if pdb5.Spec.MinAvailable == nil || pdb5.Spec.MinAvailable.IntValue() != 2 {
+		t.Errorf("budget of a group of 3: minAvailable %v, want 2", pdb5.Spec.MinAvailable)
+	}
 	wantSelector2 := map[string]string{labelGroupUID: g2.UID, provider.MarkManaged: provider.MarkManagedValue}
 	for kind, o := range map[string]struct {
 		obj      metav1.Object
