@@ -75,7 +75,7 @@ func EgressAddressName(namespace, name, uid string) string {
 	sum := sha256.Sum256([]byte(uid + "\x00egress-address"))
 	hash := hex.EncodeToString(sum[:])[:nameHashLen]
 	room := MaxInstanceNameLen - len(egressAddressPrefix) - 1 - nameHashLen
-	body := sanitizeLabel(namespace) + "-" + sanitizeLabel(name)
+	body := SanitizeName(namespace) + "-" + SanitizeName(name)
 	if len(body) > room {
 		body = strings.TrimRight(body[:room], "-")
 	}

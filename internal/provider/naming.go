@@ -28,17 +28,19 @@ func InstanceName(namespace, name, uid, shape string) string {
 	sum := sha256.Sum256([]byte(uid + "\x00" + shape))
 	hash := hex.EncodeToString(sum[:])[:nameHashLen]
 	room := MaxInstanceNameLen - len(InstanceNamePrefix) - 1 - nameHashLen
-	body := sanitizeLabel(namespace) + "-" + sanitizeLabel(name)
+	body := SanitizeName(namespace) + "-" + SanitizeName(name)
 	if len(body) > room {
 		body = strings.TrimRight(body[:room], "-")
 	}
 	return InstanceNamePrefix + body + "-" + hash
 }
 
-// sanitizeLabel lowercases s and turns every character outside [a-z0-9]
+// SanitizeName lowercases s and turns every character outside [a-z0-9]
 // into '-', collapsing runs, so dots in Kubernetes names cannot reach a
-// backend that refuses them.
-func sanitizeLabel(s string) string {
+// backend that refuses them: the readable part of every name derived from
+// a Kubernetes namespace and name (instances, reserved addresses, a
+// group's front).
+func SanitizeName(s string) string {
 	var b strings.Builder
 	dash := false
 	for _, r := range strings.ToLower(s) {

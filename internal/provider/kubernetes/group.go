@@ -66,7 +66,7 @@ func groupFrontName(namespace, name string) string {
 	sum := sha256.Sum256([]byte(namespace + "/" + name))
 	hash := hex.EncodeToString(sum[:])[:groupFrontHashLen]
 	room := validation.DNS1035LabelMaxLength - len(groupFrontPrefix) - 1 - groupFrontHashLen
-	body := strings.Trim(sanitizeName(namespace)+"-"+sanitizeName(name), "-")
+	body := strings.Trim(provider.SanitizeName(namespace)+"-"+provider.SanitizeName(name), "-")
 	if len(body) > room {
 		body = strings.TrimRight(body[:room], "-")
 	}
@@ -74,26 +74,6 @@ func groupFrontName(namespace, name string) string {
 		return groupFrontPrefix + hash
 	}
 	return groupFrontPrefix + body + "-" + hash
-}
-
-// sanitizeName lowercases s and turns every run of characters outside
-// [a-z0-9] into one '-' (the dots a Kubernetes name may hold), as
-// provider.InstanceName does for an instance's name.
-func sanitizeName(s string) string {
-	var b strings.Builder
-	dash := false
-	for _, r := range strings.ToLower(s) {
-		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
-			b.WriteRune(r)
-			dash = false
-			continue
-		}
-		if !dash {
-			b.WriteByte('-')
-			dash = true
-		}
-	}
-	return strings.Trim(b.String(), "-")
 }
 
 // groupAntiAffinity keeps a group's members on different nodes where the
