@@ -356,6 +356,31 @@ func TestLeastPrivilege_ProviderRBACIsNamespaced(t *testing.T) {
 	if err := p.RemoveGroupFront(ctx, g); err != nil {
 		t.Errorf("RemoveGroupFront with the component's Role: %v", err)
 	}
+	// A Role from before group fronts (an upgrade that did not apply the
+	// component again): the collector's listing still works, without the
+	// budgets it may not see.
+	old := role.DeepCopy()
+	old.Rules = nil
+	for _, r := range role.Rules {
+		if !slices.Contains(r.Resources, "poddisruptionbudgets") {
+			old.Rules = append(old.Rules, r)
+		}
+	}
+	if len(old.Rules) == len(role.Rules) {
+		t.Fatal("the component's Role grants no poddisruptionbudgets")
+	}
+	if _, err := cs.RbacV1().Roles(ns).Update(ctx, old, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.EventuallyNil(t, "ListSecondary with a Role without poddisruptionbudgets", func() error {
+		if res := p.Check(ctx); !strings.Contains(res.Details["missing"], "poddisruptionbudgets") {
+			return fmt.Errorf("the RBAC change not seen yet: Check %+v", res)
+		}
+		if _, err := p.ListSecondary(ctx); err != nil {
+			return fmt.Errorf("ListSecondary: %v", err)
+		}
+		return nil
+	})
 	// The same rights do not reach other namespaces: an entry without
 	// namespace: needs the cluster-wide variant, and Check says so.
 	everywhere := newAPIProvider(t, "inst", Config{}, u.Config())
