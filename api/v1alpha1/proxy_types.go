@@ -442,6 +442,13 @@ type ProxyStatus struct {
 	// Egress is how egressIP was observed.
 	// +optional
 	Egress *EgressObservation `json:"egress,omitempty"`
+	// HoldsGroupAddress, on a member of a ProxyGroup with an address of
+	// its own (spec.groupAddress), says whether the serving instance holds
+	// the group's address now, as its guest last reported (the members
+	// elect the holder among themselves through VRRP). Unset when the
+	// instance does not serve or its guest does not say.
+	// +optional
+	HoldsGroupAddress *bool `json:"holdsGroupAddress,omitempty"`
 	// EgressAddress is the address kept for the Proxy (spec.egressAddress)
 	// and the instance the operator last gave it to; a serving instance
 	// that is not that one gets it moved to it.

@@ -569,6 +569,11 @@ func (in *ProxyStatus) DeepCopyInto(out *ProxyStatus) {
 		*out = new(EgressObservation)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.HoldsGroupAddress != nil {
+		in, out := &in.HoldsGroupAddress, &out.HoldsGroupAddress
+		*out = new(bool)
+		**out = **in
+	}
 	if in.EgressAddress != nil {
 		in, out := &in.EgressAddress, &out.EgressAddress
 		*out = new(EgressAddressStatus)

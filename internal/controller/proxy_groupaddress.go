@@ -57,3 +57,15 @@ func memberGroupAddress(px *egressv1.Proxy, static *provider.StaticAddress, entr
 	}
 	return out, nil
 }
+
+// heldGroupAddress is what status.holdsGroupAddress says of the serving
+// instance inst: whether its guest reports holding the group's address,
+// for a member with one; nil otherwise. The group names its holder from
+// it (groupStatus).
+func heldGroupAddress(px *egressv1.Proxy, inst provider.Instance) *bool {
+	if px.Spec.GroupAddress == nil || px.Spec.GroupAddress.Address == "" || inst.HoldsGroupAddress == nil {
+		return nil
+	}
+	held := *inst.HoldsGroupAddress
+	return &held
+}

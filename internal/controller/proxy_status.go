@@ -373,9 +373,11 @@ func (r *ProxyReconciler) report(px *egressv1.Proxy, o observation) {
 	switch s.address {
 	case clearAddress:
 		px.Status.Endpoint, px.Status.IP = "", ""
+		px.Status.HoldsGroupAddress = nil
 	case setAddress:
 		px.Status.IP, px.Status.Endpoint = s.ip, s.endpoint
 		applyEgress(&px.Status, o.inst, px.Generation)
+		px.Status.HoldsGroupAddress = heldGroupAddress(px, o.inst)
 	}
 	msg := s.message
 	if s.progress {

@@ -154,10 +154,19 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 	}
 	holder := ""
-	if !addressing.pooled && addressing.front == "" {
-		// On a pool the members hold the group's address among
-		// themselves, and a front reaches every ready member: the
-		// operator picks no holder.
+	switch {
+	case addressing.pooled:
+		// The members hold the group's address among themselves (VRRP):
+		// the holder is the one whose guest reports holding it.
+		holder = addressHolder(members, int(g.Spec.Members))
+		if holder != g.Status.Holder && holder != "" {
+			// Between two holders VRRP may leave a moment with none
+			// reported: each new holder is said.
+			r.event(g, "HolderMoved", "the group's address %s is held by member %s (before: %s)", g.Status.Address, holder, orNone(g.Status.Holder))
+		}
+	case addressing.front == "":
+		// A front reaches every ready member: no holder then. Otherwise
+		// the operator picks one.
 		holder = pickHolder(members, int(g.Spec.Members), g.Status.Holder)
 		if holder != g.Status.Holder && g.Status.Holder != "" {
 			r.event(g, "HolderMoved", "the endpoint moved from member %s to %s", g.Status.Holder, orNone(holder))

@@ -460,8 +460,9 @@ func TestProxyGroupValidation(t *testing.T) {
 // TestProxyGroupOnAPool (issue 24): on an entry with an addressPool, with
 // the built-in IPAM provider, a group of two takes an address of its own
 // from the pool (a claim owned by both members), its endpoint is that
-// address and the template's port, no member is said to hold it (the
-// members hold it among themselves), and each member's spec.groupAddress
+// address and the template's port, no member is said to hold it until the
+// members' guests report who does (they elect the holder among
+// themselves; the group then names it), and each member's spec.groupAddress
 // names it with the other member's own address as the one peer. Each
 // member makes one instance, with that address in its CreateRequest: a
 // member waits for its peers rather than being made and replaced.
@@ -543,4 +544,42 @@ func TestProxyGroupOnAPool(t *testing.T) {
 		t.Errorf("AddressClaimed events %v", got)
 	}
 	t.Logf("group address %s, members %v", vip, own)
+
+	// The members' guests say who holds the group's address (their
+	// reporters): the group names that member, and follows a move.
+	yes, no := true, false
+	hold := func(name string, held *bool) {
+		t.Helper()
+		px := &egressv1.Proxy{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, px); err != nil {
+			t.Fatal(err)
+		}
+		fp.Backend().SetServing(px.Status.InstanceName, fake.Serving{Serving: provider.ServingAnswering, HoldsGroupAddress: held})
+	}
+	heldBy := func(want string) {
+		t.Helper()
+		waitGroup(t, ns, "vip", "the address held by "+want, func(g *egressv1.ProxyGroup) error {
+			c := meta.FindStatusCondition(g.Status.Conditions, egressv1.ConditionAvailable)
+			if g.Status.Holder != want || c == nil || !strings.Contains(c.Message, "held by member "+want) {
+				return fmt.Errorf("holder %q, Available %+v", g.Status.Holder, c)
+			}
+			return nil
+		})
+		px := &egressv1.Proxy{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: want}, px); err != nil {
+			t.Fatal(err)
+		}
+		if px.Status.HoldsGroupAddress == nil || !*px.Status.HoldsGroupAddress {
+			t.Errorf("member %s: status.holdsGroupAddress %v, want true", want, px.Status.HoldsGroupAddress)
+		}
+	}
+	hold("vip-0", &no)
+	hold("vip-1", &yes)
+	heldBy("vip-1")
+	hold("vip-1", &no)
+	hold("vip-0", &yes)
+	heldBy("vip-0")
+	if moved := evs.with("HolderMoved"); len(moved) != 2 || !strings.Contains(moved[0], "held by member vip-1") || !strings.Contains(moved[1], "held by member vip-0") {
+		t.Errorf("HolderMoved events %v, want one naming vip-1, then one naming vip-0", moved)
+	}
 }

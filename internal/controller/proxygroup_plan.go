@@ -257,6 +257,18 @@ func planGroup(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, holder s
 	return plan
 }
 
+// addressHolder is, on a pool, the ready member whose serving instance
+// reports holding the group's address (the lowest-indexed, should two say
+// so for a moment during a move); "" when none does.
+func addressHolder(members map[int]*egressv1.Proxy, n int) string {
+	for i := range n {
+		if px := members[i]; px != nil && memberReady(px) && px.Status.HoldsGroupAddress != nil && *px.Status.HoldsGroupAddress {
+			return px.Name
+		}
+	}
+	return ""
+}
+
 // pickHolder keeps the holder while it is a ready member, else takes the
 // lowest-indexed ready member; "" when none is ready.
 func pickHolder(members map[int]*egressv1.Proxy, n int, prev string) string {
@@ -334,6 +346,9 @@ func groupStatus(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, plan g
 	switch {
 	case a.pooled && !a.virtual.IsValid():
 		set(egressv1.ConditionAvailable, metav1.ConditionFalse, egressv1.GroupReasonAddressPending, a.waiting)
+	case a.pooled && st.ReadyMembers > 0 && holder != "":
+		set(egressv1.ConditionAvailable, metav1.ConditionTrue, egressv1.GroupReasonAddressHeld,
+			fmt.Sprintf("the group's address %s is held by member %s, one of its %d ready members (VRRP)", st.Address, holder, st.ReadyMembers))
 	case a.pooled && st.ReadyMembers > 0:
 		set(egressv1.ConditionAvailable, metav1.ConditionTrue, egressv1.GroupReasonAddressHeld,
 			fmt.Sprintf("the group's address %s is held by one of its %d ready members (VRRP)", st.Address, st.ReadyMembers))

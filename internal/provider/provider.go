@@ -115,6 +115,11 @@ type Instance struct {
 	// provider's profile names on its egress-ip axis; zero when it has
 	// none, or none yet.
 	Egress Egress
+	// HoldsGroupAddress, from a signal that knows it, says whether the
+	// instance holds its group's address now (CreateRequest.GroupAddress:
+	// the members elect the holder among themselves); nil when the signal
+	// does not say (no group address, or a guest of before).
+	HoldsGroupAddress *bool
 	// Host, when set, is a stable name clients should use instead of IP
 	// (a Service's DNS name for Pods, whose IPs change on replacement).
 	// status.endpoint is Host:port then, and status.ip stays the IP.

@@ -53,6 +53,8 @@ type Serving struct {
 	SetupError   string
 	// Egress is what Get reports as the instance's egress address.
 	Egress provider.Egress
+	// HoldsGroupAddress is what Get reports of the group's address.
+	HoldsGroupAddress *bool
 }
 
 // instance is a Record plus the countdowns that script asynchrony.
@@ -257,7 +259,7 @@ func (in *instance) view() provider.Instance {
 		inst.IP = in.IP
 		inst.Serving, inst.ServingDetail = in.Serving.Serving, in.Serving.Detail
 		inst.LastAnswered, inst.SetupError = in.Serving.LastAnswered, in.Serving.SetupError
-		inst.Egress = in.Serving.Egress
+		inst.Egress, inst.HoldsGroupAddress = in.Serving.Egress, in.Serving.HoldsGroupAddress
 	}
 	if in.createPending {
 		// Unfinished, and no step of this provider advancing it (Get asks

@@ -75,6 +75,10 @@ type Report struct {
 	EgressConfirmed time.Time
 	EgressChecked   time.Time
 	EgressError     string
+	// HoldsGroupAddress is whether the guest holds its group's address
+	// (a group member's reporter only): "yes", "no", or "" when the
+	// reporter does not say.
+	HoldsGroupAddress string
 }
 
 // Format writes r as the reporter does (for fakes and tests; the guest's
@@ -88,6 +92,9 @@ func Format(r Report) string {
 		// (the fakes' captured answers are such reports).
 		fmt.Fprintf(&b, "egress_ip=%s\negress_ip_confirmed=%s\negress_ip_checked=%s\negress_ip_error=%s\n",
 			r.EgressIP, epoch(r.EgressConfirmed), epoch(r.EgressChecked), oneLine(r.EgressError))
+	}
+	if r.HoldsGroupAddress != "" {
+		fmt.Fprintf(&b, "holds_group_address=%s\n", r.HoldsGroupAddress)
 	}
 	return b.String()
 }
@@ -159,6 +166,13 @@ func Parse(s string) (Report, error) {
 			if v != "" {
 				r.EgressError = printable(v, maxErrorLen)
 			}
+		case "holds_group_address":
+			switch v {
+			case "yes", "no", "":
+				r.HoldsGroupAddress = v
+			default:
+				return Report{}, fmt.Errorf("holds_group_address=%q, want yes or no", v)
+			}
 		}
 		if err != nil {
 			return Report{}, fmt.Errorf("%s: %w", k, err)
@@ -209,6 +223,11 @@ const StaleAfter = 2 * time.Minute
 // answered, and the cloud-init error line when cloud-init failed.
 func (r Report) Signal(now time.Time) Signal {
 	s := Signal{LastAnswered: r.Answered, Egress: r.egress()}
+	if r.HoldsGroupAddress != "" && (r.Checked.IsZero() || now.Sub(r.Checked) <= StaleAfter) {
+		// A stale report says nothing of now: its guest may be gone.
+		held := r.HoldsGroupAddress == "yes"
+		s.HoldsGroupAddress = &held
+	}
 	if r.CloudInit == CloudInitError {
 		s.SetupError = orDefault(r.CloudInitError, "cloud-init status: error")
 	}
@@ -257,12 +276,16 @@ type Signal struct {
 	SetupError   string
 	// Egress is the echo's answer (zero when the reporter has no echo).
 	Egress provider.Egress
+	// HoldsGroupAddress is whether the guest holds its group's address;
+	// nil when the report does not say, or is stale.
+	HoldsGroupAddress *bool
 }
 
 // Apply sets inst's serving fields, and its egress address when the
 // report has one, from s.
 func (s Signal) Apply(inst *provider.Instance) {
 	inst.Serving, inst.ServingDetail, inst.LastAnswered, inst.SetupError = s.Serving, s.Detail, s.LastAnswered, s.SetupError
+	inst.HoldsGroupAddress = s.HoldsGroupAddress
 	if s.Egress != (provider.Egress{}) {
 		inst.Egress = s.Egress
 	}

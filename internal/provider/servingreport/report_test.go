@@ -117,3 +117,33 @@ func TestSignal(t *testing.T) {
 		})
 	}
 }
+
+// TestHoldsGroupAddress: the line round-trips, a value other than yes or
+// no is refused, and a stale report says nothing of now.
+func TestHoldsGroupAddress(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0).UTC()
+	for _, v := range []string{"yes", "no"} {
+		r, err := Parse(Format(Report{Serving: true, Checked: now, HoldsGroupAddress: v}))
+		if err != nil || r.HoldsGroupAddress != v {
+			t.Fatalf("round trip of %q: %+v, %v", v, r, err)
+		}
+		s := r.Signal(now.Add(time.Second))
+		if s.HoldsGroupAddress == nil || *s.HoldsGroupAddress != (v == "yes") {
+			t.Errorf("signal of %q: %v", v, s.HoldsGroupAddress)
+		}
+		var inst provider.Instance
+		s.Apply(&inst)
+		if inst.HoldsGroupAddress == nil || *inst.HoldsGroupAddress != (v == "yes") {
+			t.Errorf("Apply of %q: %v", v, inst.HoldsGroupAddress)
+		}
+		if stale := r.Signal(now.Add(StaleAfter + time.Second)); stale.HoldsGroupAddress != nil {
+			t.Errorf("a stale report of %q still says %v", v, *stale.HoldsGroupAddress)
+		}
+	}
+	if _, err := Parse("v=1\nserving=yes\nholds_group_address=maybe\n"); err == nil || !strings.Contains(err.Error(), "holds_group_address") {
+		t.Errorf("holds_group_address=maybe: %v, want an error naming it", err)
+	}
+	if r, err := Parse("v=1\nserving=yes\n"); err != nil || r.Signal(now).HoldsGroupAddress != nil {
+		t.Errorf("a report without the line: %+v, %v; want nothing said", r, err)
+	}
+}

@@ -2,6 +2,7 @@ package servingreport
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -25,6 +26,11 @@ type Config struct {
 	// local proxy every EchoInterval (egress.Echo; the generated Squid
 	// admits the reporter to it).
 	Echo egress.Echo
+	// GroupAddress, when valid, is the address the guest's group holds
+	// through VRRP: the reporter says whether the guest holds it now
+	// (holds_group_address), so the operator learns which member keeps
+	// the group's address.
+	GroupAddress netip.Addr
 }
 
 // echoRequestURL is the absolute URL the reporter asks the proxy for.
@@ -157,8 +163,22 @@ elif [ "$serving" = yes ] && { [ -z "$egress_ip_checked" ] || [ $((now - egress_
 	fi
 fi
 
+# A group member's: whether it holds the group's address now (keepalived
+# puts it on the NIC while this member is the VRRP master).
+holds=
+if [ -n "${EGRESS_PROXY_GROUP_ADDRESS:-}" ]; then
+	if ip -o addr show to "$EGRESS_PROXY_GROUP_ADDRESS" 2>/dev/null | grep -q .; then
+		holds=yes
+	else
+		holds=no
+	fi
+fi
+
 body=$(printf 'v=1\nserving=%s\nchecked=%s\nanswered=%s\nversion=%s\ncloud_init=%s\ncloud_init_error=%s\negress_ip=%s\negress_ip_confirmed=%s\negress_ip_checked=%s\negress_ip_error=%s\n' \
 	"$serving" "$now" "$answered" "$version" "$ci" "$ci_error" "$egress_ip" "$egress_ip_confirmed" "$egress_ip_checked" "$egress_ip_error")
+if [ -n "$holds" ]; then
+	body="$body"$'\n'"holds_group_address=$holds"
+fi
 
 case $publish in
 file)
@@ -223,6 +243,12 @@ func service(reporter string, c Config) string {
 		// would read.
 		args += " " + u
 	}
+	env, families := "", "AF_INET AF_INET6 AF_UNIX"
+	if c.GroupAddress.IsValid() {
+		// `ip addr` reads the NIC's addresses over netlink.
+		env = "Environment=EGRESS_PROXY_GROUP_ADDRESS=" + c.GroupAddress.String() + "\n"
+		families += " AF_NETLINK"
+	}
 	return fmt.Sprintf(`[Unit]
 Description=Publish whether this VM's egress proxy answers (egress-proxies-operator)
 Documentation=https://github.com/egress-proxies-operator/egress-proxies-operator/blob/main/docs/provider-contract.md
@@ -230,7 +256,7 @@ Documentation=https://github.com/egress-proxies-operator/egress-proxies-operator
 [Service]
 Type=oneshot
 ExecStart=%s %s
-TimeoutStartSec=40
+%sTimeoutStartSec=40
 RuntimeDirectory=egress-proxy
 RuntimeDirectoryPreserve=yes
 ProtectSystem=strict
@@ -239,9 +265,9 @@ PrivateTmp=yes
 PrivateDevices=yes
 NoNewPrivileges=yes
 CapabilityBoundingSet=
-RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX
+RestrictAddressFamilies=%s
 LogLevelMax=notice
-`, reporter, args)
+`, reporter, args, env, families)
 }
 
 // Timer runs the reporter every Interval from boot.

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -300,7 +301,8 @@ func TestUnits_SystemdVerify(t *testing.T) {
 	if ferr != nil {
 		t.Fatal(ferr)
 	}
-	for _, c := range []Config{{Port: 3128, Publish: PublishFile}, {Port: 3128, Publish: PublishGuestAttribute}, {Port: 3128, Publish: PublishFile, Echo: echo}} {
+	for _, c := range []Config{{Port: 3128, Publish: PublishFile}, {Port: 3128, Publish: PublishGuestAttribute}, {Port: 3128, Publish: PublishFile, Echo: echo},
+		{Port: 3128, Publish: PublishFile, GroupAddress: netip.MustParseAddr("2001:db8::10")}} {
 		unit := service(reporter, c)
 		if out, err := verify(unit); err != nil || out != "" {
 			t.Errorf("systemd-analyze verify refused the units for %+v: %v\n%s", c, err, out)
@@ -472,5 +474,45 @@ func TestReporter_AsksCloudInitBeforeTheProxy(t *testing.T) {
 	r, _ := g.run(t, ln.Addr().(*net.TCPAddr).Port, PublishFile)
 	if r.CloudInit != CloudInitDone || !r.Serving {
 		t.Fatalf("cloud-init %q, serving %v: a report of cloud-init done must say whether the proxy answers after it", r.CloudInit, r.Serving)
+	}
+}
+
+// TestReporter_HoldsGroupAddress: a group member's reporter says whether
+// the guest holds its group's address, with the real `ip` reading this
+// machine's addresses (127.0.0.1 is on lo; 192.0.2.55 is on nothing), and
+// says nothing of it without one; the unit gives it the address and
+// netlink.
+func TestReporter_HoldsGroupAddress(t *testing.T) {
+	g := newGuest(t, readFixture(t, "cloud-init-22.4-done.txt"))
+	port, _, stop := fakeProxy(t)
+	defer stop()
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"EGRESS_PROXY_GROUP_ADDRESS=127.0.0.1"}, "yes"},
+		{[]string{"EGRESS_PROXY_GROUP_ADDRESS=192.0.2.55"}, "no"},
+		{nil, ""},
+	} {
+		r, _ := g.run(t, port, PublishFile, tc.env...)
+		if r.HoldsGroupAddress != tc.want {
+			t.Errorf("with %v: holds_group_address %q, want %q", tc.env, r.HoldsGroupAddress, tc.want)
+		}
+		s := r.Signal(time.Now())
+		switch {
+		case tc.want == "" && s.HoldsGroupAddress != nil:
+			t.Errorf("with %v: the signal says %v, want nothing", tc.env, *s.HoldsGroupAddress)
+		case tc.want != "" && (s.HoldsGroupAddress == nil || *s.HoldsGroupAddress != (tc.want == "yes")):
+			t.Errorf("with %v: the signal says %v, want %s", tc.env, s.HoldsGroupAddress, tc.want)
+		}
+	}
+	unit := Service(Config{Port: 3128, Publish: PublishFile, GroupAddress: netip.MustParseAddr("192.0.2.10")})
+	for _, want := range []string{"Environment=EGRESS_PROXY_GROUP_ADDRESS=192.0.2.10\n", "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK\n"} {
+		if !strings.Contains(unit, want) {
+			t.Errorf("a member's unit lacks %q:\n%s", want, unit)
+		}
+	}
+	if plain := Service(Config{Port: 3128, Publish: PublishFile}); strings.Contains(plain, "EGRESS_PROXY_GROUP_ADDRESS") || strings.Contains(plain, "AF_NETLINK") {
+		t.Errorf("a unit of no group member names a group address or netlink:\n%s", plain)
 	}
 }

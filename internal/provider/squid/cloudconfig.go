@@ -223,7 +223,7 @@ func CloudConfig(in CloudConfigParams) (string, error) {
 		// waits for this stage.
 		w("bootcmd:")
 		w("  - |")
-		for _, l := range strings.Split(strings.TrimSuffix(servingreport.Installer(servingreport.Config{Port: in.Port, Publish: in.Reporter, Echo: in.Destinations.Echo()}), "\n"), "\n") {
+		for _, l := range strings.Split(strings.TrimSuffix(servingreport.Installer(reporterConfig(in)), "\n"), "\n") {
 			if l == "" {
 				w("")
 			} else {
@@ -353,4 +353,14 @@ func groupMember(req provider.CreateRequest) (*vrrp.Member, error) {
 		return nil, provider.Errorf(provider.ErrPermanent, "%w", err)
 	}
 	return &m, nil
+}
+
+// reporterConfig is the serving reporter a VM's cloud-config installs: a
+// group member's also says whether it holds the group's address.
+func reporterConfig(in CloudConfigParams) servingreport.Config {
+	c := servingreport.Config{Port: in.Port, Publish: in.Reporter, Echo: in.Destinations.Echo()}
+	if in.VRRP != nil {
+		c.GroupAddress = in.VRRP.Virtual.Addr()
+	}
+	return c
 }

@@ -263,7 +263,20 @@ func (d *drill) failover(what, note string, do func(holder libvirtrpc.Domain)) *
 		return nil
 	})
 	g := waitGroup(t, d.env, d.key, "two serving members again", twoServing)
-	t.Logf("DRILL %s: longest gap in answers %.1fs, %d asks lost; the address on %s; the group back to two serving members after %.0fs%s",
-		what, gap.Seconds(), asks, next.Name, time.Since(at).Seconds(), note)
+	back := time.Since(at)
+	// The group names the member whose guest reports the address: the
+	// one whose domain the bridge's neighbour entry points at.
+	g = waitGroup(t, d.env, d.key, "status.holder naming the member on domain "+next.Name, func(g *egressv1.ProxyGroup) error {
+		px := &egressv1.Proxy{}
+		if err := d.env.Client.Get(context.Background(), client.ObjectKey{Namespace: d.key.Namespace, Name: g.Status.Holder}, px); err != nil {
+			return fmt.Errorf("holder %q: %v", g.Status.Holder, err)
+		}
+		if px.Status.InstanceName != next.Name {
+			return fmt.Errorf("holder %s runs %s, the address is on %s", g.Status.Holder, px.Status.InstanceName, next.Name)
+		}
+		return nil
+	})
+	t.Logf("DRILL %s: longest gap in answers %.1fs, %d asks lost; the address on %s; the group back to two serving members after %.0fs%s; status.holder %s after %.0fs",
+		what, gap.Seconds(), asks, next.Name, back.Seconds(), note, g.Status.Holder, time.Since(at).Seconds())
 	return g
 }
