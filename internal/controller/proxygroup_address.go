@@ -58,6 +58,9 @@ type groupAddressing struct {
 	waiting string
 	// stalled, when set, is a failure only a person can end.
 	stalled *metav1.Condition
+	// claimants are, on a pool, the ready members reporting that they
+	// hold the group's address (addressHolder).
+	claimants []string
 	// front is the endpoint of the group's front, when the template's
 	// provider keeps one (proxygroup_front.go): the group's endpoint,
 	// over every ready member, with no holder.

@@ -158,7 +158,7 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	case addressing.pooled:
 		// The members hold the group's address among themselves (VRRP):
 		// the holder is the one whose guest reports holding it.
-		holder = addressHolder(members, int(g.Spec.Members))
+		holder, addressing.claimants = addressHolder(members, int(g.Spec.Members))
 		if holder != g.Status.Holder && holder != "" {
 			// Between two holders VRRP may leave a moment with none
 			// reported: each new holder is said.

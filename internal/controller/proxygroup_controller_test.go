@@ -582,4 +582,14 @@ func TestProxyGroupOnAPool(t *testing.T) {
 	if moved := evs.with("HolderMoved"); len(moved) != 2 || !strings.Contains(moved[0], "held by member vip-1") || !strings.Contains(moved[1], "held by member vip-0") {
 		t.Errorf("HolderMoved events %v, want one naming vip-1, then one naming vip-0", moved)
 	}
+	// Both say they hold it: two guests elected themselves; the group
+	// names neither and says so.
+	hold("vip-1", &yes)
+	waitGroup(t, ns, "vip", "both members reporting the address", func(g *egressv1.ProxyGroup) error {
+		c := meta.FindStatusCondition(g.Status.Conditions, egressv1.ConditionAvailable)
+		if g.Status.Holder != "" || c == nil || !strings.Contains(c.Message, "members vip-0 and vip-1 at once") {
+			return fmt.Errorf("holder %q, Available %+v", g.Status.Holder, c)
+		}
+		return nil
+	})
 }

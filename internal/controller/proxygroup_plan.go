@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -258,15 +259,20 @@ func planGroup(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, holder s
 }
 
 // addressHolder is, on a pool, the ready member whose serving instance
-// reports holding the group's address (the lowest-indexed, should two say
-// so for a moment during a move); "" when none does.
-func addressHolder(members map[int]*egressv1.Proxy, n int) string {
+// reports holding the group's address, and every ready member that does:
+// more than one is two guests holding the address at once (a VRRP split),
+// and then no member is named.
+func addressHolder(members map[int]*egressv1.Proxy, n int) (string, []string) {
+	var claim []string
 	for i := range n {
 		if px := members[i]; px != nil && memberReady(px) && px.Status.HoldsGroupAddress != nil && *px.Status.HoldsGroupAddress {
-			return px.Name
+			claim = append(claim, px.Name)
 		}
 	}
-	return ""
+	if len(claim) != 1 {
+		return "", claim
+	}
+	return claim[0], claim
 }
 
 // pickHolder keeps the holder while it is a ready member, else takes the
@@ -346,6 +352,10 @@ func groupStatus(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, plan g
 	switch {
 	case a.pooled && !a.virtual.IsValid():
 		set(egressv1.ConditionAvailable, metav1.ConditionFalse, egressv1.GroupReasonAddressPending, a.waiting)
+	case a.pooled && st.ReadyMembers > 0 && len(a.claimants) > 1:
+		set(egressv1.ConditionAvailable, metav1.ConditionTrue, egressv1.GroupReasonAddressHeld,
+			fmt.Sprintf("the group's address %s is reported held by members %s at once (VRRP: each elected itself; the members' adverts may not reach each other)",
+				st.Address, strings.Join(a.claimants, " and ")))
 	case a.pooled && st.ReadyMembers > 0 && holder != "":
 		set(egressv1.ConditionAvailable, metav1.ConditionTrue, egressv1.GroupReasonAddressHeld,
 			fmt.Sprintf("the group's address %s is held by member %s, one of its %d ready members (VRRP)", st.Address, holder, st.ReadyMembers))

@@ -266,7 +266,14 @@ func (d *drill) failover(what, note string, do func(holder libvirtrpc.Domain)) *
 	back := time.Since(at)
 	// The group names the member whose guest reports the address: the
 	// one whose domain the bridge's neighbour entry points at.
-	g = waitGroup(t, d.env, d.key, "status.holder naming the member on domain "+next.Name, func(g *egressv1.ProxyGroup) error {
+	// On a timeout: what each member's status and guest say.
+	testenv.BeforeTimeout(t, func() { d.dumpHolders() })
+	defer testenv.BeforeTimeout(t, func() {})
+	g = &egressv1.ProxyGroup{}
+	testenv.EventuallyNilWithin(t, 3*time.Minute, "ProxyGroup "+d.key.Name+": status.holder naming the member on domain "+next.Name, func() error {
+		if err := d.env.Client.Get(context.Background(), d.key, g); err != nil {
+			return err
+		}
 		px := &egressv1.Proxy{}
 		if err := d.env.Client.Get(context.Background(), client.ObjectKey{Namespace: d.key.Namespace, Name: g.Status.Holder}, px); err != nil {
 			return fmt.Errorf("holder %q: %v", g.Status.Holder, err)
@@ -279,4 +286,31 @@ func (d *drill) failover(what, note string, do func(holder libvirtrpc.Domain)) *
 	t.Logf("DRILL %s: longest gap in answers %.1fs, %d asks lost; the address on %s; the group back to two serving members after %.0fs%s; status.holder %s after %.0fs",
 		what, gap.Seconds(), asks, next.Name, back.Seconds(), note, g.Status.Holder, time.Since(at).Seconds())
 	return g
+}
+
+// dumpHolders logs, per member, what its status says of the group's
+// address and what its guest's NIC holds (`ip -o addr show to <vip>`) and
+// reports: a holder that does not match tells a stale status from two
+// guests holding the address.
+func (d *drill) dumpHolders() {
+	t := d.t
+	list := &egressv1.ProxyList{}
+	if err := d.env.Client.List(context.Background(), list, client.InNamespace(d.key.Namespace)); err != nil {
+		t.Logf("listing members: %v", err)
+		return
+	}
+	for _, px := range list.Items {
+		held := "unset"
+		if px.Status.HoldsGroupAddress != nil {
+			held = fmt.Sprint(*px.Status.HoldsGroupAddress)
+		}
+		t.Logf("member %s: instance %s, holdsGroupAddress %s, conditions %+v", px.Name, px.Status.InstanceName, held, px.Status.Conditions)
+		dom, err := d.l.DomainLookupByName(px.Status.InstanceName)
+		if err != nil {
+			t.Logf("  domain %s: %v", px.Status.InstanceName, err)
+			continue
+		}
+		t.Logf("  ip -o addr show to %s: %q", d.vip, libvirthost.GuestExec(t, d.l, dom, "/usr/sbin/ip", "-o", "addr", "show", "to", d.vip.String()))
+		t.Logf("  report: %q", libvirthost.GuestExec(t, d.l, dom, "/bin/cat", "/run/egress-proxy/report"))
+	}
 }
