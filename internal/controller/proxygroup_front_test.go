@@ -33,14 +33,7 @@ func TestProxyGroupFront(t *testing.T) {
 	entry.Fronter = fake.Fronter{Provider: fp}
 	ns, evs := startGroupManagerOn(t, entry)
 	ctx := context.Background()
-	g := &egressv1.ProxyGroup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
-		Spec: egressv1.ProxyGroupSpec{Members: 2,
-			Template: egressv1.ProxyTemplate{Spec: egressv1.ProxySpec{Provider: "front", Port: 3128, AllowedSourceRanges: []string{"127.0.0.0/8"}}}},
-	}
-	if err := env.Client.Create(ctx, g); err != nil {
-		t.Fatal(err)
-	}
+	g := createFrontedGroup(t, ns)
 	wantEndpoint := fmt.Sprintf("front-web.%s:3128", ns)
 	g = waitGroup(t, ns, "web", "the front's endpoint", func(g *egressv1.ProxyGroup) error {
 		if err := allReady(2)(g); err != nil {
@@ -125,14 +118,7 @@ func TestProxyGroupFrontRefused(t *testing.T) {
 	t.Cleanup(func() { frontRefusedRecheck = was })
 	ns, _ := startGroupManagerOn(t, entry)
 	ctx := context.Background()
-	g := &egressv1.ProxyGroup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
-		Spec: egressv1.ProxyGroupSpec{Members: 2,
-			Template: egressv1.ProxyTemplate{Spec: egressv1.ProxySpec{Provider: "front", Port: 3128, AllowedSourceRanges: []string{"127.0.0.0/8"}}}},
-	}
-	if err := env.Client.Create(ctx, g); err != nil {
-		t.Fatal(err)
-	}
+	g := createFrontedGroup(t, ns)
 	g = waitGroup(t, ns, "web", "stalled on the front, a holder's endpoint meanwhile", func(g *egressv1.ProxyGroup) error {
 		c := meta.FindStatusCondition(g.Status.Conditions, egressv1.ConditionStalled)
 		if c == nil || c.Reason != egressv1.GroupReasonFrontFailed || g.Status.Holder == "" ||
@@ -178,4 +164,19 @@ func TestProxyGroupFrontRefused(t *testing.T) {
 		t.Errorf("after a transient failure: endpoint %q, frontProvider %q; want the front's kept", g.Status.Endpoint, g.Status.FrontProvider)
 	}
 	fp.SetError(provider.OpFrontGroup, nil)
+}
+
+// createFrontedGroup makes group web of two members on the fake entry
+// "front".
+func createFrontedGroup(t *testing.T, ns string) *egressv1.ProxyGroup {
+	t.Helper()
+	g := &egressv1.ProxyGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: egressv1.ProxyGroupSpec{Members: 2,
+			Template: egressv1.ProxyTemplate{Spec: egressv1.ProxySpec{Provider: "front", Port: 3128, AllowedSourceRanges: []string{"127.0.0.0/8"}}}},
+	}
+	if err := env.Client.Create(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

@@ -628,18 +628,15 @@ func (p *Provider) MoveEgressAddress(ctx context.Context, addr provider.EgressAd
 	return p.giveEphemeralBack(ctx, api, path)
 }
 
-// instanceRef names an instance by zone and name.
-type instanceRef struct{ zone, name string }
-
 // oweEphemeral records that instance zone/name gave a group's egress
 // address up and has no external address now.
 func (p *Provider) oweEphemeral(zone, name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.owedEphemeral == nil {
-		p.owedEphemeral = map[string]instanceRef{}
+		p.owedEphemeral = map[string]bool{}
 	}
-	p.owedEphemeral[formatID(zone, name)] = instanceRef{zone, name}
+	p.owedEphemeral[formatID(zone, name)] = true
 }
 
 // giveEphemeralBack gives each instance that gave a group's address up an
@@ -651,24 +648,25 @@ func (p *Provider) oweEphemeral(zone, name string) {
 // a person (it never becomes ready: its Proxy says so).
 func (p *Provider) giveEphemeralBack(ctx context.Context, api computeAPI, path string) error {
 	p.mu.Lock()
-	owed := make([]instanceRef, 0, len(p.owedEphemeral))
-	for _, r := range p.owedEphemeral {
-		owed = append(owed, r)
-	}
+	owed := slices.Collect(maps.Keys(p.owedEphemeral))
 	p.mu.Unlock()
 	log := logr.FromContextOrDiscard(ctx)
-	for _, r := range owed {
-		id := formatID(r.zone, r.name)
-		in, err := api.GetInstance(ctx, r.zone, r.name)
+	for _, id := range owed {
+		zone, name, err := parseID(id)
+		if err != nil {
+			return err // written by formatID: never
+		}
+		in, err := api.GetInstance(ctx, zone, name)
 		switch {
 		case isNotFound(err):
 		case err != nil:
 			return reclassify(classify(err, call{what: "reading instance " + id + ", which gave egress address " + path + " up"}),
 				provider.ErrTransient, "giving an ephemeral address back")
 		case nicOf(in) != nil && len(nicOf(in).GetAccessConfigs()) == 0:
+			nic := nicOf(in).GetName()
 			body := &computepb.AccessConfig{Name: proto.String(externalNATName), Type: proto.String(oneToOneNAT)}
-			if err := p.accessConfigOp(ctx, api, r.zone, r.name, "addAccessConfig", "", func() (*computepb.Operation, error) {
-				return api.AddAccessConfig(ctx, r.zone, r.name, nicOf(in).GetName(), body)
+			if err := p.accessConfigOp(ctx, api, zone, name, "addAccessConfig", "", func() (*computepb.Operation, error) {
+				return api.AddAccessConfig(ctx, zone, name, nic, body)
 			}); err != nil {
 				return reclassify(err, provider.ErrTransient, "the egress address moved; giving instance "+id+" an ephemeral address back")
 			}

@@ -82,7 +82,7 @@ type Provider struct {
 	// up in a move and have no external address since: each gets an
 	// ephemeral one back (address.go, giveEphemeralBack), by the move that
 	// took the address or, when that failed, by the next move.
-	owedEphemeral map[string]instanceRef
+	owedEphemeral map[string]bool
 
 	// built is the lazily made client: nothing is made or read before
 	// the first call (constructors do not reach the backend).

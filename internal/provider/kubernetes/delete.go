@@ -6,6 +6,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clientset "k8s.io/client-go/kubernetes"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
@@ -35,25 +36,33 @@ func (p *Provider) delete(ctx context.Context, id string) ([]string, error) {
 	// objects a retry, the owner reference or the garbage collector
 	// (ListSecondary) removes. Then every secondary kind.
 	kinds := append([]objectKind{podKind}, secondaryKinds...)
+	// Never touch what another installation or a human made.
+	return p.deleteNamed(ctx, c, kinds, ns, name, p.ours)
+}
+
+// deleteNamed deletes the object of each kind named namespace/name that
+// mine admits by its labels, and returns the kinds it deleted. The UID
+// precondition deletes exactly what was read: an object recreated under
+// the name meanwhile is left for its owner; one gone already, or not
+// admitted, is skipped.
+func (p *Provider) deleteNamed(ctx context.Context, c clientset.Interface, kinds []objectKind, namespace, name string,
+	mine func(labels map[string]string) bool) ([]string, error) {
 	var deleted []string
 	for _, k := range kinds {
-		what := k.kind + " " + id
-		obj, err := k.get(ctx, c, ns, name)
+		what := k.kind + " " + instanceID(namespace, name)
+		obj, err := k.get(ctx, c, namespace, name)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
 			return deleted, classify(err, "reading "+what)
 		}
-		if !p.ours(obj.GetLabels()) {
-			// Never touch what another installation or a human made.
+		if !mine(obj.GetLabels()) {
 			p.logger(ctx).V(2).Info("not ours, left alone", "object", what)
 			continue
 		}
-		// The UID precondition deletes exactly what was read: an object
-		// recreated under the name meanwhile is left for its owner.
 		uid := types.UID(obj.GetUID())
-		err = k.del(ctx, c, ns, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		err = k.del(ctx, c, namespace, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		switch {
 		case err == nil:
 			deleted = append(deleted, k.kind)

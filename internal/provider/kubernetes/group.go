@@ -184,22 +184,7 @@ func groupOwnerRef(f front) (metav1.OwnerReference, bool) {
 // Pods whose readiness probe passes), headless or with a ClusterIP as the
 // entry's serviceType says, like an instance's Service.
 func (p *Provider) buildGroupService(f front) *corev1.Service {
-	clusterIP := "" // allocated from the Service range
-	if p.cfg.ServiceType == ServiceHeadless {
-		clusterIP = corev1.ClusterIPNone
-	}
-	return &corev1.Service{
-		ObjectMeta: p.groupMeta(f),
-		Spec: corev1.ServiceSpec{
-			Type:      corev1.ServiceTypeClusterIP,
-			ClusterIP: clusterIP,
-			Selector:  groupSelector(f.group.UID),
-			Ports: []corev1.ServicePort{{
-				Name: portName, Protocol: corev1.ProtocolTCP,
-				Port: f.port, TargetPort: intstr.FromString(portName),
-			}},
-		},
-	}
+	return &corev1.Service{ObjectMeta: p.groupMeta(f), Spec: p.serviceSpec(groupSelector(f.group.UID), f.port)}
 }
 
 // buildGroupPDB lets voluntary disruptions (a node drain's evictions) take
@@ -521,32 +506,10 @@ func (p *Provider) removeGroupFront(ctx context.Context, g provider.GroupRef) ([
 	if err != nil {
 		return nil, err
 	}
-	var deleted []string
-	for _, k := range groupKinds {
-		what := k.kind + " " + instanceID(f.namespace, f.name)
-		obj, err := k.get(ctx, c, f.namespace, f.name)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return deleted, classify(err, "reading "+what)
-		}
-		if !p.ours(obj.GetLabels()) || obj.GetLabels()[labelGroupUID] != g.UID {
-			p.logger(ctx).V(2).Info("not this group's, left alone", "object", what)
-			continue
-		}
-		uid := obj.GetUID()
-		err = k.del(ctx, c, f.namespace, f.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		switch {
-		case err == nil:
-			deleted = append(deleted, k.kind)
-		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-			// Gone already, or replaced by another group's.
-		default:
-			return deleted, classify(err, "deleting "+what)
-		}
-	}
-	return deleted, nil
+	// Another group's under the name (the group made again) is left alone.
+	return p.deleteNamed(ctx, c, groupKinds, f.namespace, f.name, func(labels map[string]string) bool {
+		return p.ours(labels) && labels[labelGroupUID] == g.UID
+	})
 }
 
 // listGroupFronts lists the group fronts' objects that sel (this

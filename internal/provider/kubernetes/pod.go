@@ -352,24 +352,28 @@ func serviceHost(name, namespace string) string { return name + "." + namespace 
 
 // buildService gives the Pod the stable name <name>.<namespace>.svc.
 func (p *Provider) buildService(s spec) *corev1.Service {
+	return &corev1.Service{ObjectMeta: p.meta(s), Spec: p.serviceSpec(map[string]string{
+		labelInstance:        s.name,
+		provider.MarkManaged: provider.MarkManagedValue,
+	}, s.req.Port)}
+}
+
+// serviceSpec is a proxy Service's spec, an instance's or a group's:
+// selector's Pods on their named port, headless or with a ClusterIP as the
+// entry's serviceType says.
+func (p *Provider) serviceSpec(selector map[string]string, port int32) corev1.ServiceSpec {
 	clusterIP := "" // allocated from the Service range
 	if p.cfg.ServiceType == ServiceHeadless {
 		clusterIP = corev1.ClusterIPNone
 	}
-	return &corev1.Service{
-		ObjectMeta: p.meta(s),
-		Spec: corev1.ServiceSpec{
-			Type:      corev1.ServiceTypeClusterIP,
-			ClusterIP: clusterIP,
-			Selector: map[string]string{
-				labelInstance:        s.name,
-				provider.MarkManaged: provider.MarkManagedValue,
-			},
-			Ports: []corev1.ServicePort{{
-				Name: portName, Protocol: corev1.ProtocolTCP,
-				Port: s.req.Port, TargetPort: intstr.FromString(portName),
-			}},
-		},
+	return corev1.ServiceSpec{
+		Type:      corev1.ServiceTypeClusterIP,
+		ClusterIP: clusterIP,
+		Selector:  selector,
+		Ports: []corev1.ServicePort{{
+			Name: portName, Protocol: corev1.ProtocolTCP,
+			Port: port, TargetPort: intstr.FromString(portName),
+		}},
 	}
 }
 
