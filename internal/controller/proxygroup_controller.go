@@ -172,9 +172,7 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			r.event(g, "HolderMoved", "the endpoint moved from member %s to %s", g.Status.Holder, orNone(holder))
 		}
 	}
-	// A move that failed for now is tried again with backoff, after the
-	// status (the members as they are) is written.
-	kept, refused, moveErr := r.holdGroupEgressAddress(ctx, g, members, holder)
+	kept, move, refused := r.dueGroupEgressMove(g, members, holder)
 	if refused != nil && plan.stalled == nil {
 		plan.stalled = refused
 	}
@@ -190,17 +188,46 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if front.stalled != nil && (res.RequeueAfter == 0 || frontRefusedRecheck < res.RequeueAfter) {
 		res.RequeueAfter = frontRefusedRecheck
 	}
-	st := groupStatus(g, members, plan, holder, g.Status.Conditions, addressing)
-	st.EgressAddress = kept.statusOf()
-	st.FrontProvider = front.provider
-	if !equalGroupStatus(g.Status, st) {
-		g.Status = st
-		if err := r.Client.Status().Update(ctx, g); err != nil {
-			return ctrl.Result{}, err
+	writeStatus := func(force bool) error {
+		st := groupStatus(g, members, plan, holder, g.Status.Conditions, addressing)
+		st.EgressAddress = kept.statusOf()
+		st.FrontProvider = front.provider
+		if !force && equalGroupStatus(g.Status, st) {
+			return nil
 		}
+		g.Status = st
+		return r.Client.Status().Update(ctx, g)
 	}
-	if kept != nil && kept.note != "" {
-		r.event(g, ReasonEgressAddressMoved, "%s", kept.note)
+	// Before a move the status is written even when nothing in it
+	// changed: the write carries the resourceVersion read, so a pass on a
+	// stale copy of the group (the cache behind its own last write)
+	// conflicts here and moves nothing. Where the address is lives only
+	// in the status: a stale pass that moved it, and whose write then
+	// failed, would leave the status naming an instance that no longer
+	// holds it, and nothing would move it back.
+	if err := writeStatus(move != nil); err != nil {
+		return ctrl.Result{}, err
+	}
+	if move == nil {
+		if frontErr != nil {
+			return ctrl.Result{}, frontErr
+		}
+		return res, nil
+	}
+	// A move that failed for now is tried again with backoff, after the
+	// status (where the address is now) is written.
+	moved, refused, moveErr := r.moveGroupEgressAddress(ctx, move)
+	if moved != nil {
+		kept = moved
+	}
+	if refused != nil && plan.stalled == nil {
+		plan.stalled = refused
+	}
+	if err := writeStatus(false); err != nil {
+		return ctrl.Result{}, err
+	}
+	if moved != nil && moved.note != "" {
+		r.event(g, ReasonEgressAddressMoved, "%s", moved.note)
 	}
 	if moveErr != nil {
 		return ctrl.Result{}, moveErr

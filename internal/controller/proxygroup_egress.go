@@ -39,16 +39,25 @@ func groupEgressAddress(g *egressv1.ProxyGroup) *provider.EgressAddress {
 		Retain: spec.ReclaimPolicy == egressv1.ReclaimRetain, Group: owner}
 }
 
-// holdGroupEgressAddress moves the group's egress address to the holder's
-// instance when the status does not record it there: the first time a
-// member is ready, after the holder changed (its instance lost or not
-// serving), and after the holder's own instance was replaced. It returns
-// where the address is and, for a failure only a person can end, the
-// Stalled condition. A transient failure is returned: the group is read
-// again with backoff and the move is taken up from where it was (the
-// provider's move is idempotent).
-func (r *ProxyGroupReconciler) holdGroupEgressAddress(ctx context.Context, g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy,
-	holder string) (*groupAddressMove, *metav1.Condition, error) {
+// groupEgressMove is a move of the group's egress address that is due:
+// the address, the entry that moves it, and from which instance (empty
+// the first time) to which member's.
+type groupEgressMove struct {
+	addr       provider.EgressAddress
+	mover      provider.EgressAddressMover
+	from       string
+	fromMember string
+	to         *egressv1.Proxy
+}
+
+// dueGroupEgressMove says where the group's egress address is kept and
+// whether it must move to the holder's instance: the first time a member
+// is ready, after the holder changed (its instance lost or not serving),
+// and after the holder's own instance was replaced. It calls nothing:
+// the move is made once the status was written (moveGroupEgressAddress).
+// For a failure only a person can end it returns the Stalled condition.
+func (r *ProxyGroupReconciler) dueGroupEgressMove(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy,
+	holder string) (*groupAddressMove, *groupEgressMove, *metav1.Condition) {
 	addr := groupEgressAddress(g)
 	if addr == nil || r.Providers == nil {
 		return nil, nil, nil
@@ -57,19 +66,17 @@ func (r *ProxyGroupReconciler) holdGroupEgressAddress(ctx context.Context, g *eg
 	if prev != nil && prev.Name != addr.Name {
 		prev = nil // another address now: nothing holds it yet
 	}
-	kept := func() *groupAddressMove {
-		if prev == nil {
-			return nil
-		}
-		return &groupAddressMove{status: *prev}
+	var kept *groupAddressMove
+	if prev != nil {
+		kept = &groupAddressMove{status: *prev}
 	}
 	entry, err := r.Providers.Get(g.Spec.Template.Spec.Provider)
 	if err != nil {
-		return kept(), nil, nil // the members say what is wrong with the entry
+		return kept, nil, nil // the members say what is wrong with the entry
 	}
-	refuse := func(format string, args ...any) (*groupAddressMove, *metav1.Condition, error) {
-		return kept(), &metav1.Condition{Type: egressv1.ConditionStalled, Status: metav1.ConditionTrue,
-			Reason: egressv1.GroupReasonEgressAddressFailed, Message: fmt.Sprintf(format, args...)}, nil
+	refuse := func(format string, args ...any) (*groupAddressMove, *groupEgressMove, *metav1.Condition) {
+		return kept, nil, &metav1.Condition{Type: egressv1.ConditionStalled, Status: metav1.ConditionTrue,
+			Reason: egressv1.GroupReasonEgressAddressFailed, Message: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case entry.AddressPool() != nil:
@@ -85,41 +92,52 @@ func (r *ProxyGroupReconciler) holdGroupEgressAddress(ctx context.Context, g *eg
 		}
 	}
 	if to == nil || !memberReady(to) || to.Status.ProviderID == "" {
-		return kept(), nil, nil // moved once a member is ready to hold it
+		return kept, nil, nil // moved once a member is ready to hold it
 	}
 	if prev != nil && prev.ProviderID == to.Status.ProviderID {
-		return kept(), nil, nil
+		return kept, nil, nil
 	}
-	from, fromMember := "", ""
+	m := &groupEgressMove{addr: *addr, mover: entry.Mover, to: to}
 	if prev != nil {
-		from, fromMember = prev.ProviderID, prev.Member
+		m.from, m.fromMember = prev.ProviderID, prev.Member
 	}
+	return kept, m, nil
+}
+
+// moveGroupEgressAddress makes move m. It returns where the address is
+// now and, for a failure only a person can end, the Stalled condition. A
+// transient failure is returned: the group is read again with backoff and
+// the move is taken up from where it was (the provider's move is
+// idempotent).
+func (r *ProxyGroupReconciler) moveGroupEgressAddress(ctx context.Context, m *groupEgressMove) (*groupAddressMove, *metav1.Condition, error) {
+	to := m.to
 	began := time.Now()
 	mctx, cancel := context.WithTimeout(ctx, moveTimeout)
-	err = entry.Mover.MoveEgressAddress(mctx, *addr, from, to.Status.ProviderID)
+	err := m.mover.MoveEgressAddress(mctx, m.addr, m.from, to.Status.ProviderID)
 	cancel()
 	if provider.ClassOf(err) == provider.ErrPermanent {
-		return refuse("moving spec.egressAddress %s to member %s: %v", addr.Name, to.Name, err)
+		return nil, &metav1.Condition{Type: egressv1.ConditionStalled, Status: metav1.ConditionTrue, Reason: egressv1.GroupReasonEgressAddressFailed,
+			Message: fmt.Sprintf("moving spec.egressAddress %s to member %s: %v", m.addr.Name, to.Name, err)}, nil
 	}
 	if err != nil {
-		return kept(), nil, fmt.Errorf("moving the group's egress address %s to member %s (instance %s): %w", addr.Name, to.Name, to.Status.ProviderID, err)
+		return nil, nil, fmt.Errorf("moving the group's egress address %s to member %s (instance %s): %w", m.addr.Name, to.Name, to.Status.ProviderID, err)
 	}
 	took := time.Since(began).Round(100 * time.Millisecond)
 	if r.InstanceChanged != nil {
 		// Both instances' addresses changed: their members read them now.
 		r.InstanceChanged(to.Status.ProviderID)
-		if from != "" {
-			r.InstanceChanged(from)
+		if m.from != "" {
+			r.InstanceChanged(m.from)
 		}
 	}
-	logr.FromContextOrDiscard(ctx).Info("group egress address moved", "address", addr.Name, "member", to.Name,
-		"instance", to.Status.ProviderID, "from", from, "took", took.String())
-	moved := &groupAddressMove{status: egressv1.GroupEgressAddressStatus{Name: addr.Name, Member: to.Name, ProviderID: to.Status.ProviderID}}
-	if from == "" {
-		moved.note = fmt.Sprintf("address %s given to member %s (instance %s) in %s", addr.Name, to.Name, to.Status.ProviderID, took)
+	logr.FromContextOrDiscard(ctx).Info("group egress address moved", "address", m.addr.Name, "member", to.Name,
+		"instance", to.Status.ProviderID, "from", m.from, "took", took.String())
+	moved := &groupAddressMove{status: egressv1.GroupEgressAddressStatus{Name: m.addr.Name, Member: to.Name, ProviderID: to.Status.ProviderID}}
+	if m.from == "" {
+		moved.note = fmt.Sprintf("address %s given to member %s (instance %s) in %s", m.addr.Name, to.Name, to.Status.ProviderID, took)
 	} else {
 		moved.note = fmt.Sprintf("address %s moved from member %s (instance %s) to member %s (instance %s) in %s",
-			addr.Name, orNone(fromMember), from, to.Name, to.Status.ProviderID, took)
+			m.addr.Name, orNone(m.fromMember), m.from, to.Name, to.Status.ProviderID, took)
 	}
 	return moved, nil, nil
 }

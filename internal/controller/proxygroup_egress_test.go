@@ -7,13 +7,16 @@ import (
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/fake"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 )
 
 // TestProxyGroupEgressAddress (issue 24): on an entry that moves egress
@@ -116,4 +119,98 @@ func TestProxyGroupEgressAddressRefused(t *testing.T) {
 		t.Fatalf("Stalled: %s; egressAddress %+v", c.Message, g.Status.EgressAddress)
 	}
 	t.Logf("Stalled %s: %s", c.Reason, c.Message)
+}
+
+// staleGroupClient reads one ProxyGroup as a copy taken earlier, as a
+// cache behind the group's own last write does; everything else, status
+// writes included, goes to the API server.
+type staleGroupClient struct {
+	client.Client
+	stale *egressv1.ProxyGroup
+}
+
+func (c staleGroupClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if g, ok := obj.(*egressv1.ProxyGroup); ok && key == client.ObjectKeyFromObject(c.stale) {
+		c.stale.DeepCopyInto(g)
+		return nil
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+// TestProxyGroupStaleReadMovesNothing: a pass that reads the group from a
+// cache behind the group's last status write (CI saw it on gcp: the
+// status named member partner-1 while the address sat on partner-0's
+// instance, for good) must not move the group's egress address. The
+// stale copy has no holder yet, so that pass would pick the lowest ready
+// member, web-0, while the group's address is on web-1's instance; the
+// move would be done and its status write would conflict, leaving the
+// status naming web-1 and nothing to move the address back.
+func TestProxyGroupStaleReadMovesNothing(t *testing.T) {
+	entry, fp := fakeEntry("pool")
+	entry.Mover = fake.Mover{Provider: fp}
+	ns, evs := startGroupManagerOn(t, entry)
+	ctx := context.Background()
+	g := &egressv1.ProxyGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: egressv1.ProxyGroupSpec{Members: 2, EgressAddress: &egressv1.EgressAddressSpec{},
+			Template: egressv1.ProxyTemplate{Spec: egressv1.ProxySpec{Provider: "pool", Port: 3128, AllowedSourceRanges: []string{"127.0.0.0/8"}}}},
+	}
+	if err := env.Client.Create(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	stale := g.DeepCopy() // as created: no status, an old resourceVersion
+	name := provider.EgressAddressName(ns, "web", string(g.UID))
+	member := func(n string) *egressv1.Proxy {
+		px := &egressv1.Proxy{}
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: n}, px); err != nil {
+			t.Fatal(err)
+		}
+		return px
+	}
+	g = waitGroup(t, ns, "web", "the address on the holder", func(g *egressv1.ProxyGroup) error {
+		if err := allReady(2)(g); err != nil {
+			return err
+		}
+		if a := g.Status.EgressAddress; a == nil || a.Member != g.Status.Holder {
+			return fmt.Errorf("egressAddress %+v, holder %s", a, g.Status.Holder)
+		}
+		return nil
+	})
+	if g.Status.Holder == "web-0" {
+		// The address goes to web-1 (web-0 stops serving), and web-0
+		// serves again: the holder stays web-1.
+		web0 := member("web-0").Status.InstanceName
+		fp.Backend().SetServing(web0, fake.Serving{Serving: provider.ServingNotAnswering, Detail: "squid stopped"})
+		waitGroup(t, ns, "web", "the address on web-1", func(g *egressv1.ProxyGroup) error {
+			if a := g.Status.EgressAddress; a == nil || a.Member != "web-1" {
+				return fmt.Errorf("egressAddress %+v", a)
+			}
+			return nil
+		})
+		fp.Backend().SetServing(web0, fake.Serving{})
+	}
+	g = waitGroup(t, ns, "web", "both ready, the address on web-1", func(g *egressv1.ProxyGroup) error {
+		if a := g.Status.EgressAddress; a == nil || a.Member != "web-1" || g.Status.Holder != "web-1" {
+			return fmt.Errorf("holder %s, egressAddress %+v", g.Status.Holder, a)
+		}
+		return allReady(2)(g)
+	})
+	moves := fp.Backend().Moves()
+
+	r := &ProxyGroupReconciler{Client: staleGroupClient{Client: env.Client, stale: stale}, APIReader: env.Client,
+		Providers: &staticProviders{entries: map[string]*registry.Entry{entry.Name: entry}}, Recorder: evs}
+	_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(g)})
+	if !apierrors.IsConflict(err) {
+		t.Errorf("a pass on a stale copy of the group: %v, want a conflict", err)
+	}
+	if got := fp.Backend().Moves(); len(got) != len(moves) {
+		t.Errorf("a pass on a stale copy of the group moved the address: moves %+v, before it %+v", got, moves)
+	}
+	fresh := &egressv1.ProxyGroup{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(g), fresh); err != nil {
+		t.Fatal(err)
+	}
+	if got, said := fp.Backend().AddressHolder(name), fresh.Status.EgressAddress.ProviderID; got != said {
+		t.Fatalf("address %s on %q; the group's status says %q (member %s)", name, got, said, fresh.Status.EgressAddress.Member)
+	}
 }
