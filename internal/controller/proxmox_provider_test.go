@@ -24,8 +24,9 @@ import (
 
 // proxmoxEntry is a registry entry of the real proxmox provider over the
 // fake PVE API (TLS with its CA, an API token file), behind the method
-// boundary as the registry builds it.
-func proxmoxEntry(t *testing.T, fake *fakepve.Server, fullClone bool) *registry.Entry {
+// boundary as the registry builds it; tune, when given, changes the
+// provider's config first.
+func proxmoxEntry(t *testing.T, fake *fakepve.Server, fullClone bool, tune ...func(*proxmox.Config)) *registry.Entry {
 	t.Helper()
 	dir := t.TempDir()
 	tokenFile, caFile := filepath.Join(dir, "token"), filepath.Join(dir, "ca.pem")
@@ -35,8 +36,12 @@ func proxmoxEntry(t *testing.T, fake *fakepve.Server, fullClone bool) *registry.
 	if err := os.WriteFile(caFile, fake.CACertPEM(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p, err := proxmox.New("pve", proxmox.Config{URL: fake.URL(), TokenFile: tokenFile, CAFile: caFile,
-		Nodes: []string{"pve1"}, Templates: map[string]int{"debian-12": 9000}, ISOStorage: "local", FullClone: fullClone}, providerOptions())
+	cfg := proxmox.Config{URL: fake.URL(), TokenFile: tokenFile, CAFile: caFile,
+		Nodes: []string{"pve1"}, Templates: map[string]int{"debian-12": 9000}, ISOStorage: "local", FullClone: fullClone}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	p, err := proxmox.New("pve", cfg, providerOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
