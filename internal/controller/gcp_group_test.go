@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,27 +34,11 @@ func TestGCPGroupFailoverRequestLog(t *testing.T) {
 
 	// Every member's guest reports serving once its VM runs, as the
 	// reporter does (the lost instance's report goes with it).
-	stop := make(chan struct{})
-	var reporting sync.WaitGroup
-	reporting.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			list := &egressv1.ProxyList{}
-			if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
-				continue
-			}
-			for _, px := range list.Items {
-				if px.Status.ProviderID != "" {
-					_ = reportServing(gce, px.Status.ProviderID)
-				}
-			}
+	reportAsGuests(t, ns, 20*time.Millisecond, func(px *egressv1.Proxy) {
+		if px.Status.ProviderID != "" {
+			_ = reportServing(gce, px.Status.ProviderID)
 		}
 	})
-	t.Cleanup(func() { close(stop); reporting.Wait() })
 
 	g := &egressv1.ProxyGroup{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "partner"},

@@ -150,38 +150,21 @@ func TestProxmoxGroupOnAPool(t *testing.T) {
 	var mu sync.Mutex
 	elected := ""
 	elect := func(name string) { mu.Lock(); elected = name; mu.Unlock() }
-	stop := make(chan struct{})
-	var reporting sync.WaitGroup
-	reporting.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			list := &egressv1.ProxyList{}
-			if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
-				continue
-			}
-			mu.Lock()
-			holder := elected
-			mu.Unlock()
-			for _, px := range list.Items {
-				vmid, ok := pveVMID(px.Status.ProviderID)
-				if !ok {
-					continue
-				}
-				holds := "no"
-				if px.Name == holder {
-					holds = "yes"
-				}
-				now := time.Now()
-				fake.SetGuestReport(vmid, servingreport.Report{Serving: true, Checked: now, Answered: now, Version: "5.7",
-					CloudInit: servingreport.CloudInitDone, HoldsGroupAddress: holds})
-			}
+	reportAsGuests(t, ns, 50*time.Millisecond, func(px *egressv1.Proxy) {
+		vmid, ok := pveVMID(px.Status.ProviderID)
+		if !ok {
+			return
 		}
+		mu.Lock()
+		holds := "no"
+		if px.Name == elected {
+			holds = "yes"
+		}
+		mu.Unlock()
+		now := time.Now()
+		fake.SetGuestReport(vmid, servingreport.Report{Serving: true, Checked: now, Answered: now, Version: "5.7",
+			CloudInit: servingreport.CloudInitDone, HoldsGroupAddress: holds})
 	})
-	t.Cleanup(func() { close(stop); reporting.Wait() })
 
 	g := &egressv1.ProxyGroup{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "vip"},

@@ -124,6 +124,32 @@ func startGroupManagerOn(t *testing.T, entry *registry.Entry) (string, *groupEve
 	return ns, evs
 }
 
+// reportAsGuests plays the members' guests' serving reporters: every
+// tick until the test ends, report is called with each Proxy of the
+// namespace (an instance not made yet included: report skips those).
+func reportAsGuests(t *testing.T, ns string, tick time.Duration, report func(px *egressv1.Proxy)) {
+	t.Helper()
+	stop := make(chan struct{})
+	var reporting sync.WaitGroup
+	reporting.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(tick):
+			}
+			list := &egressv1.ProxyList{}
+			if err := env.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+				continue
+			}
+			for i := range list.Items {
+				report(&list.Items[i])
+			}
+		}
+	})
+	t.Cleanup(func() { close(stop); reporting.Wait() })
+}
+
 func groupCondition(g *egressv1.ProxyGroup, typ string) string {
 	if c := meta.FindStatusCondition(g.Status.Conditions, typ); c != nil {
 		return string(c.Status) + "/" + c.Reason

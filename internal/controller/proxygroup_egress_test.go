@@ -29,14 +29,7 @@ func TestProxyGroupEgressAddress(t *testing.T) {
 	entry.Mover = fake.Mover{Provider: fp}
 	ns, evs := startGroupManagerOn(t, entry)
 	ctx := context.Background()
-	g := &egressv1.ProxyGroup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
-		Spec: egressv1.ProxyGroupSpec{Members: 2, EgressAddress: &egressv1.EgressAddressSpec{},
-			Template: egressv1.ProxyTemplate{Spec: egressv1.ProxySpec{Provider: "pool", Port: 3128, AllowedSourceRanges: []string{"127.0.0.0/8"}}}},
-	}
-	if err := env.Client.Create(ctx, g); err != nil {
-		t.Fatal(err)
-	}
+	g := createEgressGroup(t, ns)
 	name := provider.EgressAddressName(ns, "web", string(g.UID))
 	g = waitGroup(t, ns, "web", "the address on the holder", func(g *egressv1.ProxyGroup) error {
 		if err := allReady(2)(g); err != nil {
@@ -96,6 +89,21 @@ func TestProxyGroupEgressAddress(t *testing.T) {
 	t.Logf("moves: %+v; events: %q; instances told changed: %v", moves, evs.with(ReasonEgressAddressMoved), told)
 }
 
+// createEgressGroup makes group web of two members on entry "pool" with
+// an egress address reserved for it.
+func createEgressGroup(t *testing.T, ns string) *egressv1.ProxyGroup {
+	t.Helper()
+	g := &egressv1.ProxyGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: egressv1.ProxyGroupSpec{Members: 2, EgressAddress: &egressv1.EgressAddressSpec{},
+			Template: egressv1.ProxyTemplate{Spec: egressv1.ProxySpec{Provider: "pool", Port: 3128, AllowedSourceRanges: []string{"127.0.0.0/8"}}}},
+	}
+	if err := env.Client.Create(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // TestProxyGroupEgressAddressRefused: an entry that moves no address
 // cannot keep a group's: Stalled names the entry, and nothing is moved.
 func TestProxyGroupEgressAddressRefused(t *testing.T) {
@@ -150,14 +158,7 @@ func TestProxyGroupStaleReadMovesNothing(t *testing.T) {
 	entry.Mover = fake.Mover{Provider: fp}
 	ns, evs := startGroupManagerOn(t, entry)
 	ctx := context.Background()
-	g := &egressv1.ProxyGroup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
-		Spec: egressv1.ProxyGroupSpec{Members: 2, EgressAddress: &egressv1.EgressAddressSpec{},
-			Template: egressv1.ProxyTemplate{Spec: egressv1.ProxySpec{Provider: "pool", Port: 3128, AllowedSourceRanges: []string{"127.0.0.0/8"}}}},
-	}
-	if err := env.Client.Create(ctx, g); err != nil {
-		t.Fatal(err)
-	}
+	g := createEgressGroup(t, ns)
 	stale := g.DeepCopy() // as created: no status, an old resourceVersion
 	name := provider.EgressAddressName(ns, "web", string(g.UID))
 	member := func(n string) *egressv1.Proxy {
