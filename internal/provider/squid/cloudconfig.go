@@ -203,11 +203,11 @@ func CloudConfig(in CloudConfigParams) (string, error) {
 		runcmd = append(runcmd, fmt.Sprintf("chgrp %s %s", squidGroup[family], vmPasswordFile),
 			"chmod 0640 "+vmPasswordFile)
 	}
-	runcmd = append(runcmd, "systemctl enable "+vmService, "systemctl restart "+vmService)
+	runcmd = append(runcmd, enableUnit(vmService), "systemctl restart "+vmService)
 	if in.VRRP != nil {
 		// After Squid: keepalived's check asks it, and a member takes the
 		// address only once it answers.
-		runcmd = append(runcmd, "systemctl enable "+vrrp.Service, "systemctl restart "+vrrp.Service)
+		runcmd = append(runcmd, enableUnit(vrrp.Service), "systemctl restart "+vrrp.Service)
 	}
 
 	var b strings.Builder
@@ -262,6 +262,16 @@ func CloudConfig(in CloudConfigParams) (string, error) {
 		w("  - %s", yamlString(c))
 	}
 	return b.String(), nil
+}
+
+// enableUnit is the runcmd line that enables unit at boot unless it is
+// already: Debian's packages enable their services themselves, and
+// `systemctl enable` of a unit with a SysV script runs update-rc.d, about
+// 22 s per unit on an emulated guest (measured on the libvirt test host's
+// Debian 12 guests, 2026-12-04); RHEL's packages enable nothing, so
+// there it enables.
+func enableUnit(unit string) string {
+	return "systemctl is-enabled --quiet " + unit + " || systemctl enable " + unit
 }
 
 // yamlString quotes a runcmd line when YAML would read it as something

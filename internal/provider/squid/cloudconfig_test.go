@@ -96,23 +96,23 @@ func TestCloudConfig_Generated(t *testing.T) {
 		{"debian, ranges, default policy",
 			CloudConfigParams{Port: 3128, Clients: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}},
 			[]string{"squid"},
-			[]string{"systemctl enable squid.service", "systemctl restart squid.service"},
+			[]string{enableUnit("squid.service"), "systemctl restart squid.service"},
 			[]string{"http_port 3128", "acl allowed_clients src 10.1.0.0/16", "acl connect_ports port 443"}},
 		{"debian by name, empty ranges admit the VM's loopback",
 			CloudConfigParams{Port: 8080, Family: FamilyDebian},
 			[]string{"squid"},
-			[]string{"systemctl enable squid.service", "systemctl restart squid.service"},
+			[]string{enableUnit("squid.service"), "systemctl restart squid.service"},
 			[]string{"http_port 8080", "acl allowed_clients src 127.0.0.1/32", "acl allowed_clients src ::1/128"}},
 		{"rhel on squid's own SELinux port",
 			CloudConfigParams{Port: 3128, Family: FamilyRHEL, Destinations: allowing},
 			[]string{"squid"},
-			[]string{"systemctl enable squid.service", "systemctl restart squid.service"},
+			[]string{enableUnit("squid.service"), "systemctl restart squid.service"},
 			[]string{"http_port 3128", "acl refused_destinations dst 10.0.0.0/12 10.16.0.0/14 10.21.0.0/16 10.22.0.0/15 10.24.0.0/13 10.32.0.0/11 10.64.0.0/10 10.128.0.0/9", "acl connect_ports port 443 8443"}},
 		{"rhel on another port labels it for Squid first",
 			CloudConfigParams{Port: 3129, Family: FamilyRHEL},
 			[]string{"squid", "policycoreutils-python-utils"},
 			[]string{"semanage port -a -t squid_port_t -p tcp 3129 || semanage port -m -t squid_port_t -p tcp 3129",
-				"systemctl enable squid.service", "systemctl restart squid.service"},
+				enableUnit("squid.service"), "systemctl restart squid.service"},
 			[]string{"http_port 3129"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -311,7 +311,7 @@ func TestUserDataCarriesClientAuth(t *testing.T) {
 		doc := ud.Reveal()
 		for _, want := range []string{
 			"  - path: /etc/squid/htpasswd\n    owner: root:root\n    permissions: '0600'\n    content: |\n      " + strings.TrimSuffix(users, "\n") + "\n",
-			"  - chgrp " + group + " /etc/squid/htpasswd\n  - chmod 0640 /etc/squid/htpasswd\n  - systemctl enable squid.service\n",
+			"  - chgrp " + group + " /etc/squid/htpasswd\n  - chmod 0640 /etc/squid/htpasswd\n  - '" + enableUnit("squid.service") + "'\n",
 			"      auth_param basic program /usr/lib/squid/basic_ncsa_auth /etc/squid/htpasswd\n",
 			"      http_access deny decided_client_auth !authenticated\n",
 		} {

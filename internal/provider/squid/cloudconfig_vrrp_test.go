@@ -88,7 +88,7 @@ func TestUserData_GroupMember(t *testing.T) {
 	}
 	if !(at("sysctl -p "+vrrp.SysctlPath) < at("systemctl restart squid.service") &&
 		at("systemctl restart squid.service") < at("systemctl restart keepalived.service") &&
-		at("systemctl enable keepalived.service") < at("systemctl restart keepalived.service")) {
+		at(enableUnit("keepalived.service")) < at("systemctl restart keepalived.service")) {
 		t.Errorf("runcmd order: %v", cmds)
 	}
 
