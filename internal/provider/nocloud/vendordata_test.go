@@ -51,8 +51,11 @@ esac`
 	aptWithLists = `case "$*" in *" install "*) ` + installAgent + `;; esac`
 	dnfOrYum     = `case "$*" in "install -y qemu-guest-agent") ` + installAgent + `;; *) exit 1;; esac`
 	systemctlOK  = `:`
-	// Debian's unit is static: enable refuses it, start works
+	// Debian's unit is static: is-enabled says so (exit 0), enable
+	// refuses it, start works
 	systemctlStatic = `case "$1" in enable) exit 1;; esac`
+	// A unit not enabled yet (RHEL's packages enable nothing)
+	systemctlDisabled = `case "$1" in is-enabled) exit 1;; esac`
 )
 
 func runVendorData(t *testing.T, dir string, s stubs) (calls []string, err error) {
@@ -88,7 +91,8 @@ func runVendorData(t *testing.T, dir string, s stubs) (calls []string, err error
 func TestNoCloudSeed_GuestAgentVendorDataInstallsAndStarts(t *testing.T) {
 	aptInstall := "apt-get -o DPkg::Lock::Timeout=300 -y install --no-install-recommends qemu-guest-agent DEBIAN_FRONTEND=noninteractive"
 	aptUpdate := "apt-get -o DPkg::Lock::Timeout=300 -y update DEBIAN_FRONTEND=noninteractive"
-	start := []string{"systemctl enable qemu-guest-agent", "systemctl start qemu-guest-agent"}
+	start := []string{"systemctl is-enabled --quiet qemu-guest-agent", "systemctl start qemu-guest-agent"}
+	enableAndStart := []string{"systemctl is-enabled --quiet qemu-guest-agent", "systemctl enable qemu-guest-agent", "systemctl start qemu-guest-agent"}
 	tests := []struct {
 		name      string
 		stubs     stubs
@@ -104,10 +108,10 @@ func TestNoCloudSeed_GuestAgentVendorDataInstallsAndStarts(t *testing.T) {
 			stubs:     stubs{"apt-get": aptWithLists, "systemctl": systemctlOK},
 			want:      append([]string{aptInstall}, start...),
 			rerunWant: start},
-		{name: "RHEL family with dnf",
-			stubs:     stubs{"dnf": dnfOrYum, "yum": dnfOrYum, "systemctl": systemctlOK},
-			want:      append([]string{"dnf install -y qemu-guest-agent"}, start...),
-			rerunWant: start},
+		{name: "RHEL family with dnf: the unit enabled",
+			stubs:     stubs{"dnf": dnfOrYum, "yum": dnfOrYum, "systemctl": systemctlDisabled},
+			want:      append([]string{"dnf install -y qemu-guest-agent"}, enableAndStart...),
+			rerunWant: enableAndStart},
 		{name: "older RHEL with yum only",
 			stubs:     stubs{"yum": dnfOrYum, "systemctl": systemctlOK},
 			want:      append([]string{"yum install -y qemu-guest-agent"}, start...),
@@ -169,7 +173,7 @@ func TestVendorData_InstallsTheReporterThenTheAgent(t *testing.T) {
 		{name: "with the agent", installAgent: true, apt: aptWithLists,
 			want: []string{"systemctl daemon-reload", "systemctl enable " + servingreport.TimerName, "systemctl start --no-block " + servingreport.TimerName,
 				"apt-get -o DPkg::Lock::Timeout=300 -y install --no-install-recommends qemu-guest-agent",
-				"systemctl enable qemu-guest-agent", "systemctl start qemu-guest-agent"}},
+				"systemctl is-enabled --quiet qemu-guest-agent", "systemctl start qemu-guest-agent"}},
 		{name: "without the agent", installAgent: false, apt: aptWithLists,
 			want: []string{"systemctl daemon-reload", "systemctl enable " + servingreport.TimerName, "systemctl start --no-block " + servingreport.TimerName}},
 		{name: "the agent's install fails after the reporter is in", installAgent: true, apt: "exit 100", wantFail: true,
