@@ -181,7 +181,7 @@ test-libvirt: libvirt-guest ## Bring the libvirt test host up, run PKG (default 
 	PKG="$(PKG)" TESTFLAGS="$(TESTFLAGS)" hack/libvirt/test.sh
 
 .PHONY: drill-group
-drill-group: ## The group failover drill on the libvirt test host (root; about 16 minutes): a ProxyGroup of two guests holding one address, the holder's domain destroyed, then only its Squid stopped, then a template change rolled; prints the gaps in answers (docs/groups.md).
+drill-group: ## The group failover drill on the libvirt test host (root; about 20 minutes): a ProxyGroup of two guests holding one address, the holder's domain destroyed, then only its Squid stopped, then a template change rolled, then grown to three members and back (peers told in place); prints the gaps in answers (docs/groups.md).
 	EPO_GROUP_DRILL=1 $(MAKE) --no-print-directory test-libvirt PKG=./test/libvirt/group/... TESTFLAGS="-run TestGroupFailoverDrill"
 
 ##@ Build

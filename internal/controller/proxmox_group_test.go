@@ -241,10 +241,12 @@ func TestProxmoxGroupOnAPool(t *testing.T) {
 		if !ok {
 			t.Fatalf("member %s: the seed writes no %s; files %v", name, vrrp.ConfigPath, slices.Sorted(maps.Keys(files)))
 		}
+		if want := "unicast_src_ip " + self + "\nunicast_peer {\n    " + peer + "\n}\n"; !strings.HasSuffix(files[vrrp.PeersPath], want) {
+			t.Errorf("member %s: %s is\n%s\nwant it to end in\n%s", name, vrrp.PeersPath, files[vrrp.PeersPath], want)
+		}
 		for _, want := range []string{
 			"    state BACKUP\n", "    interface " + nocloud.MACMatchedName + "\n",
-			"    unicast_src_ip " + self + "\n",
-			"    unicast_peer {\n        " + peer + "\n    }\n",
+			"    include " + vrrp.PeersPath + "\n",
 			"    virtual_ipaddress {\n        " + vip + "/24 dev " + nocloud.MACMatchedName + "\n    }\n",
 			"    virtual_router_id " + strconv.Itoa(int(vrrp.RouterID(string(g.UID)))) + "\n",
 		} {

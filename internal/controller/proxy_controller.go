@@ -181,8 +181,11 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 	// sweeps again.
 	prevObserved := px.Status.ObservedGeneration
 	sweep, swept := px.Status.ProviderID != "" && prevObserved != px.Generation, false
+	// A member whose peers its provider rewrites in place has seen its
+	// spec once its instance has them (updateGroupPeers).
+	peersPending := false
 	defer func() {
-		if sweep && !swept {
+		if (sweep && !swept) || peersPending {
 			px.Status.ObservedGeneration = prevObserved
 		}
 	}()
@@ -208,7 +211,7 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		r.report(px, observation{seen: secretUnresolved, err: err})
 		return ctrl.Result{RequeueAfter: r.transientBackoff.When(key(px))}
 	}
-	req := createRequest(px, cloudInit, users, entry.Users != nil, poolShape(entry))
+	req := createRequest(px, cloudInit, users, inPlaceOf(entry), poolShape(entry))
 	if r.latched(ctx, px, entry, req.Name) {
 		// A permanent failure is not retried until what it was seen under
 		// changes; the status says what.
@@ -269,6 +272,7 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 			return r.failed(ctx, entry, px, req, err)
 		}
 		req.GroupAddress = ga
+		peersPending = entry.Peers != nil
 	}
 
 	switch {
@@ -298,6 +302,11 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, px *egressv1.Prox
 		if err := r.updateUsers(ctx, entry, inst.ID, req.ClientAuth); err != nil {
 			return r.failed(ctx, entry, px, req, err)
 		}
+		has, err := r.updateGroupPeers(ctx, entry, inst.ID, req)
+		if err != nil {
+			return r.failed(ctx, entry, px, req, err)
+		}
+		peersPending = !has
 		if inst, err = r.holdEgressAddress(ctx, entry, px, inst); err != nil {
 			return r.failed(ctx, entry, px, req, err)
 		}

@@ -202,7 +202,7 @@ func TestAdoptsAfterLostStatusWrite(t *testing.T) {
 	px := d.create(newProxy("web", "pool"))
 	// A previous operator process created the instance and crashed before
 	// it wrote status: the instance exists under the derived name.
-	if _, err := fp.Create(context.Background(), createRequest(px, "", "", false, "")); err != nil {
+	if _, err := fp.Create(context.Background(), createRequest(px, "", "", inPlace{}, "")); err != nil {
 		t.Fatal(err)
 	}
 	d.reconcileUntil("web", 3, "Ready", hasReason("True/Running"))

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -9,14 +10,37 @@ import (
 
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 )
 
 // A member of a ProxyGroup on an entry with an addressPool holds the
 // group's address in turn with the other members (VRRP among the members'
 // own pool addresses; docs/groups.md). The group writes the address and
-// the peers into the member's spec.groupAddress (proxygroup_address.go),
-// so a change of them reshapes the member's instance and is rolled by the
-// group one member at a time, like a template change.
+// the peers into the member's spec.groupAddress (proxygroup_address.go).
+// A change of the address reshapes the member's instance and is rolled by
+// the group one member at a time, like a template change; a change of the
+// peers does too, unless the provider tells a running member its peers in
+// place (provider.GroupPeersUpdater, updateGroupPeers).
+
+// updateGroupPeers tells a running member's instance its spec's peers
+// when its provider does that in place (a read when it has them). It
+// reports whether the instance is known to have them: always when the
+// peers are in the shape (a new instance came for new peers) or the Proxy
+// is no member; only after a successful update otherwise. Until it is,
+// the pass leaves observedGeneration behind, so the group, which lists a
+// new member among another's peers before that member gets its own
+// (desiredGroupAddress), waits until the others really hear it.
+func (r *ProxyReconciler) updateGroupPeers(ctx context.Context, entry *registry.Entry, id string, req provider.CreateRequest) (bool, error) {
+	if entry.Peers == nil || req.GroupAddress == nil || req.StaticAddress == nil {
+		return true, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.CallTimeout)
+	defer cancel()
+	if err := entry.Peers.UpdateGroupPeers(ctx, id, req.StaticAddress.Address.Addr(), req.GroupAddress.Peers); err != nil {
+		return false, err
+	}
+	return true, nil
+}
 
 // memberGroupAddress is the member's spec.groupAddress as the provider
 // takes it, with its own pool address already in static. nil: no group

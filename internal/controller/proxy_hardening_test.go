@@ -115,7 +115,7 @@ func TestDeletionFindsInstanceItsStatusNeverRecorded(t *testing.T) {
 			d := newDirect(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry}})
 			px := d.create(newProxy("web", "pool"))
 			// What the killed operator's Create left on the backend.
-			req := createRequest(px, "", "", false, "")
+			req := createRequest(px, "", "", inPlace{}, "")
 			if _, err := fp.Create(context.Background(), req); err != nil {
 				t.Fatal(err)
 			}
@@ -421,7 +421,7 @@ func TestDeletionFindsSecondariesOfAnInstanceNeverMade(t *testing.T) {
 	entry.Secondary = fp
 	d := newDirect(t, &staticProviders{entries: map[string]*registry.Entry{"pool": entry}})
 	px := d.create(newProxy("web", "pool"))
-	name := createRequest(px, "", "", false, "").Name
+	name := createRequest(px, "", "", inPlace{}, "").Name
 	fp.Backend().PlantSecondary("seed-iso", name, &provider.Marks{Managed: true, UID: string(px.UID), Installation: testInstallation})
 	other := fp.Backend().PlantSecondary("seed-iso", "proxy-someone-else", &provider.Marks{Managed: true, UID: "uid-other", Installation: testInstallation})
 	if err := env.Client.Delete(context.Background(), px); err != nil {

@@ -287,7 +287,7 @@ func (w *world) settle() {
 	for range 20 {
 		w.do("run", "p")
 		st := w.px.Status
-		want := createRequest(w.px, "", "", false, "").Name
+		want := createRequest(w.px, "", "", inPlace{}, "").Name
 		var live []string
 		for _, r := range w.fp.Backend().Records() {
 			if r.Marks != nil && r.Marks.UID == string(w.px.UID) {

@@ -12,6 +12,7 @@ import (
 	egressv1 "github.com/egress-proxies-operator/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 )
 
 // shape is everything in a Proxy that shapes its instance: a change to any
@@ -49,16 +50,30 @@ type shape struct {
 	AddressPool string `json:"addressPool,omitempty"`
 	// GroupAddress is spec.groupAddress: the group's address and the
 	// peers are in the member's keepalived configuration, so a change of
-	// them needs a new instance (which the group rolls). Omitted when
+	// them needs a new instance (which the group rolls), except the peers
+	// when the provider rewrites them in place
+	// (provider.GroupPeersUpdater): then they are left out. Omitted when
 	// absent.
 	GroupAddress *egressv1.MemberGroupAddress `json:"groupAddress,omitempty"`
 }
 
+// inPlace says what the Proxy's provider changes on a running instance,
+// so that it stays out of the shape.
+type inPlace struct {
+	// users: clientAuth's users (provider.UsersUpdater).
+	users bool
+	// peers: a group member's peers (provider.GroupPeersUpdater).
+	peers bool
+}
+
+func inPlaceOf(entry *registry.Entry) inPlace {
+	return inPlace{users: entry.Users != nil, peers: entry.Peers != nil}
+}
+
 // shapeOf computes the shape hash of a Proxy's spec with its resolved
-// cloud-init and clientAuth users; usersInPlace says the provider rewrites
-// the users of a running instance. The order of allowedSourceRanges does
-// not matter.
-func shapeOf(spec egressv1.ProxySpec, cloudInit, clientAuth provider.Sensitive, usersInPlace bool, autoheals int32, pool string) string {
+// cloud-init and clientAuth users; in says what the provider changes on
+// a running instance. The order of allowedSourceRanges does not matter.
+func shapeOf(spec egressv1.ProxySpec, cloudInit, clientAuth provider.Sensitive, in inPlace, autoheals int32, pool string) string {
 	ranges := append([]string(nil), spec.AllowedSourceRanges...)
 	sort.Strings(ranges)
 	sh := shape{
@@ -72,7 +87,10 @@ func shapeOf(spec egressv1.ProxySpec, cloudInit, clientAuth provider.Sensitive, 
 		AddressPool:         pool,
 		GroupAddress:        spec.GroupAddress,
 	}
-	if usersInPlace {
+	if in.peers && sh.GroupAddress != nil {
+		sh.GroupAddress = &egressv1.MemberGroupAddress{Address: sh.GroupAddress.Address}
+	}
+	if in.users {
 		sh.ClientAuth = clientAuth.Len() > 0
 	} else {
 		sh.ClientAuthSHA256 = sha256Hex(clientAuth)
@@ -109,13 +127,13 @@ func placementOf(p egressv1.Placement) provider.Placement {
 
 // createRequest builds the provider request for a Proxy. It is pure: the
 // cloud-init and the clientAuth users are resolved by the caller, who also
-// says whether the provider rewrites users in place (shapeOf).
-func createRequest(px *egressv1.Proxy, cloudInit, clientAuth provider.Sensitive, usersInPlace bool, pool string) provider.CreateRequest {
+// says what the provider changes in place (shapeOf).
+func createRequest(px *egressv1.Proxy, cloudInit, clientAuth provider.Sensitive, in inPlace, pool string) provider.CreateRequest {
 	port := specPort(px.Spec)
 	spec := px.Spec
 	spec.Port = port
 	return provider.CreateRequest{
-		Name:                provider.InstanceName(px.Namespace, px.Name, string(px.UID), shapeOf(spec, cloudInit, clientAuth, usersInPlace, px.Status.Autoheals, pool)),
+		Name:                provider.InstanceName(px.Namespace, px.Name, string(px.UID), shapeOf(spec, cloudInit, clientAuth, in, px.Status.Autoheals, pool)),
 		Namespace:           px.Namespace,
 		ProxyName:           px.Name,
 		UID:                 string(px.UID),

@@ -18,7 +18,7 @@ func proxyFor(spec egressv1.ProxySpec) *egressv1.Proxy {
 
 func TestCreateRequestShape(t *testing.T) {
 	base := egressv1.ProxySpec{Provider: "local", Port: 3128, AllowedSourceRanges: []string{"10.0.0.0/8", "192.0.2.0/24"}}
-	baseName := createRequest(proxyFor(base), "", "", false, "").Name
+	baseName := createRequest(proxyFor(base), "", "", inPlace{}, "").Name
 
 	cases := []struct {
 		name     string
@@ -47,7 +47,7 @@ func TestCreateRequestShape(t *testing.T) {
 			spec := base
 			spec.AllowedSourceRanges = append([]string(nil), base.AllowedSourceRanges...)
 			tc.mutate(&spec)
-			got := createRequest(proxyFor(spec), tc.ci, "", false, "").Name
+			got := createRequest(proxyFor(spec), tc.ci, "", inPlace{}, "").Name
 			if (got == baseName) != tc.sameName {
 				t.Errorf("name %q vs base %q: same=%v, want same=%v", got, baseName, got == baseName, tc.sameName)
 			}
@@ -58,7 +58,7 @@ func TestCreateRequestShape(t *testing.T) {
 // The rules reach the provider as written.
 func TestCreateRequestCarriesDestinations(t *testing.T) {
 	rules := []egressv1.DestinationRule{{Domains: []string{"api.partner.example", ".cdn.example"}, Ports: []int32{443}}, {CIDRs: []string{"203.0.114.0/24"}}}
-	req := createRequest(proxyFor(egressv1.ProxySpec{Provider: "local", Destinations: rules}), "", "", false, "")
+	req := createRequest(proxyFor(egressv1.ProxySpec{Provider: "local", Destinations: rules}), "", "", inPlace{}, "")
 	if len(req.Destinations) != 2 || !slices.Equal(req.Destinations[0].Domains, rules[0].Domains) ||
 		!slices.Equal(req.Destinations[0].Ports, rules[0].Ports) || !slices.Equal(req.Destinations[1].CIDRs, rules[1].CIDRs) {
 		t.Errorf("Destinations = %+v, want %+v", req.Destinations, rules)
@@ -69,7 +69,7 @@ func TestCreateRequestFields(t *testing.T) {
 	const sentinel = "SENTINEL-shape-cloud-init"
 	px := proxyFor(egressv1.ProxySpec{Provider: "local", AllowedSourceRanges: []string{"10.0.0.0/8"},
 		Placement: egressv1.Placement{Zone: "z", Region: "r", MachineType: "m", Image: "i"}})
-	req := createRequest(px, provider.Sensitive(sentinel), "", false, "")
+	req := createRequest(px, provider.Sensitive(sentinel), "", inPlace{}, "")
 	if req.Port != defaultPort {
 		t.Errorf("Port = %d, want default %d", req.Port, defaultPort)
 	}
@@ -86,7 +86,7 @@ func TestCreateRequestFields(t *testing.T) {
 		t.Errorf("Name = %q", req.Name)
 	}
 	// The shape hash stands for the cloud-init; it must not contain it.
-	if strings.Contains(shapeOf(px.Spec, provider.Sensitive(sentinel), "", false, 0, ""), sentinel) {
+	if strings.Contains(shapeOf(px.Spec, provider.Sensitive(sentinel), "", inPlace{}, 0, ""), sentinel) {
 		t.Error("shape carries the cloud-init")
 	}
 	// The request must not alias the Proxy's slice.
@@ -126,11 +126,11 @@ func TestShapeGolden(t *testing.T) {
 			"ebe795f145739e8febe185d0bcaca8e1fef72b064c893403fa495a861a74c298", "proxy-team-a-egress-eu-73ae775222"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := shapeOf(tc.spec, tc.cloudInit, "", false, 0, ""); got != tc.wantShape {
+			if got := shapeOf(tc.spec, tc.cloudInit, "", inPlace{}, 0, ""); got != tc.wantShape {
 				t.Errorf("shapeOf = %q, want %q: a changed shape hash renames every instance of a fleet", got, tc.wantShape)
 			}
 			px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "egress.eu", UID: uid}, Spec: tc.spec}
-			if got := createRequest(px, tc.cloudInit, "", false, "").Name; got != tc.wantName {
+			if got := createRequest(px, tc.cloudInit, "", inPlace{}, "").Name; got != tc.wantName {
 				t.Errorf("instance name = %q, want %q: a changed name renames every instance of a fleet", got, tc.wantName)
 			}
 		})
@@ -138,7 +138,7 @@ func TestShapeGolden(t *testing.T) {
 	// A Proxy stored before the CRD defaulted the port is named as one
 	// with the default port.
 	px := &egressv1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "egress.eu", UID: uid}, Spec: egressv1.ProxySpec{Provider: "local"}}
-	if got, want := createRequest(px, "", "", false, "").Name, "proxy-team-a-egress-eu-9fc4ba29d7"; got != want {
+	if got, want := createRequest(px, "", "", inPlace{}, "").Name, "proxy-team-a-egress-eu-9fc4ba29d7"; got != want {
 		t.Errorf("instance name with port 0 = %q, want %q (the name of port %d)", got, want, defaultPort)
 	}
 }
@@ -172,13 +172,13 @@ func TestCreateRequestGroup(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := createRequest(c.px, "", "", false, "").Group
+			got := createRequest(c.px, "", "", inPlace{}, "").Group
 			if !reflect.DeepEqual(got, c.want) {
 				t.Errorf("Group = %+v, want %+v", got, c.want)
 			}
 		})
 	}
-	if a, b := createRequest(member, "", "", false, "").Name, createRequest(notMember, "", "", false, "").Name; a != b {
+	if a, b := createRequest(member, "", "", inPlace{}, "").Name, createRequest(notMember, "", "", inPlace{}, "").Name; a != b {
 		t.Errorf("the group changes the instance name: %s and %s", a, b)
 	}
 }

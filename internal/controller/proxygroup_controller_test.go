@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -97,7 +99,10 @@ func startGroupManagerOn(t *testing.T, entry *registry.Entry) (string, *groupEve
 	}
 	providers := &staticProviders{entries: map[string]*registry.Entry{entry.Name: entry}}
 	r := &ProxyReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Providers: providers,
-		Recorder: mgr.GetEventRecorder("egress-proxies-operator"), RunningResync: 100 * time.Millisecond}
+		Recorder: mgr.GetEventRecorder("egress-proxies-operator"), RunningResync: 100 * time.Millisecond,
+		// A failure a test scripts is retried within a second, not after
+		// the production backoff's minutes.
+		transientBackoff: workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](50*time.Millisecond, time.Second)}
 	if err := r.SetupWithManager(mgr, 4, Changes{}); err != nil {
 		t.Fatal(err)
 	}

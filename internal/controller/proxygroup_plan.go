@@ -108,6 +108,16 @@ func memberSettled(px *egressv1.Proxy) bool {
 	return memberReady(px) && !meta.IsStatusConditionTrue(px.Status.Conditions, egressv1.ConditionReconciling)
 }
 
+// awaitingPeers says the member has no instance and waits for the group
+// to give it its part in the group's address, which the group does once
+// the other members list it among their peers (desiredGroupAddress): a
+// roll of the others is what it waits for, so it must not hold the roll
+// up.
+func awaitingPeers(px *egressv1.Proxy) bool {
+	ga := px.Spec.GroupAddress
+	return ga != nil && ga.Address == "" && px.Status.ProviderID == ""
+}
+
 // memberStalled is the member's Stalled condition when True: a failure
 // only a person can end.
 func memberStalled(px *egressv1.Proxy) *metav1.Condition {
@@ -218,14 +228,17 @@ func planGroup(g *egressv1.ProxyGroup, members map[int]*egressv1.Proxy, holder s
 				Reason:  egressv1.GroupReasonMemberFailed,
 				Message: fmt.Sprintf("member %s cannot go on: %s (%s); the roll waits for a change of the template or of the member's cause", px.Name, c.Message, c.Reason)}
 		}
-		switch c, left := overdue(g, px, now); {
-		case c != nil && late == nil:
-			late = c
-		case left > 0 && (plan.recheck == 0 || left < plan.recheck):
-			plan.recheck = left
+		// A newcomer waiting to be listed waits for the others' roll.
+		if !awaitingPeers(px) {
+			switch c, left := overdue(g, px, now); {
+			case c != nil && late == nil:
+				late = c
+			case left > 0 && (plan.recheck == 0 || left < plan.recheck):
+				plan.recheck = left
+			}
+			allSettled = allSettled && memberSettled(px)
 		}
 		ready := memberReady(px)
-		allSettled = allSettled && memberSettled(px)
 		if px.Annotations[egressv1.AnnotationTemplateHash] == specHash(memberSpec(g, i, a)) {
 			continue
 		}

@@ -28,6 +28,9 @@ func planGroupOf(members int32, zones ...string) *egressv1.ProxyGroup {
 // memberState is a member as a table row gives it.
 type memberState struct {
 	stale, ready, reconciling, stalled bool
+	// awaitingPeers: a pooled group's newcomer, no instance, waiting for
+	// the others to list it (spec.groupAddress empty).
+	awaitingPeers bool
 	// unsettledFor: how long ago it stopped being settled (its
 	// Reconciling, or its Ready when not ready, turned so then).
 	unsettledFor time.Duration
@@ -64,6 +67,12 @@ func membersOf(g *egressv1.ProxyGroup, states map[int]memberState) map[int]*egre
 			}
 		}
 		px.Status.Endpoint = "10.0.0." + strconv.Itoa(i) + ":3128"
+		if s.awaitingPeers {
+			px.Spec.GroupAddress = &egressv1.MemberGroupAddress{}
+			px.Status.Endpoint = ""
+		} else {
+			px.Status.ProviderID = "fake://" + px.Name
+		}
 		out[i] = px
 	}
 	return out
@@ -114,6 +123,10 @@ func TestPlanGroup(t *testing.T) {
 			states: map[int]memberState{0: stale, 1: {unsettledFor: 11 * time.Minute}}, holder: "g-0", stalled: true, late: "g-1"},
 		{name: "a stale member past the deadline is still rolled: nothing is lost", members: 2,
 			states: map[int]memberState{0: ready, 1: {stale: true, unsettledFor: 11 * time.Minute}}, holder: "g-0", roll: "g-1", stalled: true, late: "g-1"},
+		{name: "grown on a pool: a newcomer waiting to be listed does not hold up the others' roll to list it", members: 3,
+			states: map[int]memberState{0: stale, 1: stale, 2: {awaitingPeers: true}}, holder: "g-0", roll: "g-1"},
+		{name: "grown on a pool: a newcomer waiting past the progress deadline is no reason to stop", members: 3,
+			states: map[int]memberState{0: ready, 1: stale, 2: {awaitingPeers: true, unsettledFor: 11 * time.Minute}}, holder: "g-0", roll: "g-1"},
 		{name: "a failure for good is named before a late member", members: 3,
 			states: map[int]memberState{0: {unsettledFor: 11 * time.Minute}, 1: {stalled: true, ready: true}, 2: ready}, holder: "g-2", stalled: true},
 	} {

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"net/netip"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -20,6 +21,7 @@ type Bounded struct {
 	Users     UsersUpdater
 	Mover     EgressAddressMover
 	Fronter   GroupFronter
+	Peers     GroupPeersUpdater
 }
 
 // WithBoundary puts p behind the one method boundary every provider call
@@ -65,6 +67,9 @@ func WithBoundary(name, providerType string, p Provider) Bounded {
 	}
 	if f, ok := p.(GroupFronter); ok {
 		b.Fronter = fronterBoundary{configured: at, inner: f}
+	}
+	if u, ok := p.(GroupPeersUpdater); ok {
+		b.Peers = peersBoundary{configured: at, inner: u}
 	}
 	return b
 }
@@ -150,6 +155,10 @@ type (
 		configured
 		inner GroupFronter
 	}
+	peersBoundary struct {
+		configured
+		inner GroupPeersUpdater
+	}
 )
 
 var (
@@ -160,6 +169,7 @@ var (
 	_ UsersUpdater       = usersBoundary{}
 	_ EgressAddressMover = moverBoundary{}
 	_ GroupFronter       = fronterBoundary{}
+	_ GroupPeersUpdater  = peersBoundary{}
 )
 
 // Unwrap returns the provider behind the boundary.
@@ -334,6 +344,14 @@ func (u usersBoundary) UpdateUsers(ctx context.Context, id string, users Sensiti
 		return err
 	}
 	return c.end(u.inner.UpdateUsers(ctx, id, users))
+}
+
+func (u peersBoundary) UpdateGroupPeers(ctx context.Context, id string, self netip.Addr, peers []netip.Addr) error {
+	ctx, c, err := u.enter(ctx, OpUpdateGroupPeers, "id", id, "peers", len(peers))
+	if err != nil {
+		return err
+	}
+	return c.end(u.inner.UpdateGroupPeers(ctx, id, self, peers))
 }
 
 func (m moverBoundary) MoveEgressAddress(ctx context.Context, addr EgressAddress, fromID, toID string) error {

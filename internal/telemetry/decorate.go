@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"net/netip"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -97,6 +98,9 @@ func Decorate(tp trace.TracerProvider) registry.Decorator {
 		}
 		if e.Fronter != nil {
 			e.Fronter = &tracedFronter{inner: e.Fronter, m: m}
+		}
+		if e.Peers != nil {
+			e.Peers = &tracedPeers{inner: e.Peers, m: m}
 		}
 	}
 }
@@ -316,6 +320,20 @@ func (u *tracedUsers) UpdateUsers(ctx context.Context, id string, users provider
 	ctx, c := u.m.begin(ctx, provider.OpUpdateUsers, id, nil)
 	err := u.inner.UpdateUsers(ctx, id, users)
 	u.m.endErr(c, err)
+	return err
+}
+
+// tracedPeers is a GroupPeersUpdater with a span and metrics around each
+// call, naming the member's instance.
+type tracedPeers struct {
+	inner provider.GroupPeersUpdater
+	m     *meter
+}
+
+func (t *tracedPeers) UpdateGroupPeers(ctx context.Context, id string, self netip.Addr, peers []netip.Addr) error {
+	ctx, c := t.m.begin(ctx, provider.OpUpdateGroupPeers, id, nil)
+	err := t.inner.UpdateGroupPeers(ctx, id, self, peers)
+	t.m.endErr(c, err)
 	return err
 }
 

@@ -10,6 +10,7 @@ package fake
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -89,6 +90,10 @@ type Backend struct {
 	// groups whose front RemoveGroupFront removed: groupfront.go.
 	fronts        map[string]provider.GroupFront
 	frontsRemoved []provider.GroupRef
+	// groupPeers are the member instances' peers UpdateGroupPeers gave
+	// them, and peersUpdates its changes: grouppeers.go.
+	groupPeers   map[string][]netip.Addr
+	peersUpdates []PeersUpdate
 	// createdServing is the serving signal of the instances Create makes
 	// (SetCreatedServing).
 	createdServing Serving

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"net/netip"
 	"sync"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
@@ -151,6 +152,18 @@ func (c *countedUsers) UpdateUsers(ctx context.Context, id string, users provide
 	c.calls.enter()
 	defer c.calls.exit()
 	return c.inner.UpdateUsers(ctx, id, users)
+}
+
+// countedPeers counts each group peers update in flight.
+type countedPeers struct {
+	inner provider.GroupPeersUpdater
+	calls *inflight
+}
+
+func (c *countedPeers) UpdateGroupPeers(ctx context.Context, id string, self netip.Addr, peers []netip.Addr) error {
+	c.calls.enter()
+	defer c.calls.exit()
+	return c.inner.UpdateGroupPeers(ctx, id, self, peers)
 }
 
 // countedMover counts each egress address move in flight.

@@ -61,6 +61,10 @@ type Entry struct {
 	// group's members (provider.GroupFronter); the group's controller
 	// calls it on every pass and once the group is deleted.
 	Fronter provider.GroupFronter
+	// Peers is nil when the provider cannot tell a running group member
+	// its new peers in place (provider.GroupPeersUpdater); the reconciler
+	// then replaces a member whose peers change.
+	Peers provider.GroupPeersUpdater
 	// PollInterval comes from the type.
 	PollInterval time.Duration
 	// Revision changes whenever the entry is rebuilt with other settings,
@@ -325,6 +329,9 @@ func (r *Registry) build(name, typ string, settings any) (*Entry, error) {
 	}
 	if b.Fronter != nil {
 		e.Fronter = &countedFronter{inner: b.Fronter, calls: e.calls}
+	}
+	if b.Peers != nil {
+		e.Peers = &countedPeers{inner: b.Peers, calls: e.calls}
 	}
 	for _, d := range r.decorators {
 		d(e)

@@ -31,7 +31,8 @@ type cloudConfigDoc struct {
 		Permissions string `json:"permissions"`
 		Content     string `json:"content"`
 	} `json:"write_files"`
-	Runcmd []any `json:"runcmd"`
+	Runcmd  []any `json:"runcmd"`
+	Bootcmd []any `json:"bootcmd"`
 }
 
 func parseCloudConfig(t *testing.T, doc string) (cloudConfigDoc, map[string]any) {

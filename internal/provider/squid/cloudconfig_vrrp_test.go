@@ -46,16 +46,18 @@ func TestUserData_GroupMember(t *testing.T) {
 			t.Errorf("%s is owned by %s", f.Path, f.Owner)
 		}
 	}
-	for path, mode := range map[string]string{vrrp.ConfigPath: "0644", vrrp.CheckPath: "0755", vrrp.SysctlPath: "0644"} {
+	for path, mode := range map[string]string{vrrp.ConfigPath: "0644", vrrp.PeersPath: "0644", vrrp.CheckPath: "0755", vrrp.SysctlPath: "0644"} {
 		if files[path] != mode {
 			t.Errorf("write_files %s: permissions %q, want %q (files %v)", path, files[path], mode, files)
 		}
 	}
-	var conf string
+	var conf, peers string
 	for _, f := range d.WriteFiles {
 		switch f.Path {
 		case vrrp.ConfigPath:
 			conf = f.Content
+		case vrrp.PeersPath:
+			peers = f.Content
 		case vrrp.CheckPath:
 			if f.Content != vrrp.Check() {
 				t.Errorf("the check differs from vrrp.Check:\n%s", f.Content)
@@ -66,8 +68,11 @@ func TestUserData_GroupMember(t *testing.T) {
 			}
 		}
 	}
+	if want := "unicast_src_ip 192.0.2.10\nunicast_peer {\n    192.0.2.11\n}\n"; !strings.HasSuffix(peers, want) {
+		t.Errorf("%s is\n%s\nwant it to end in\n%s", vrrp.PeersPath, peers, want)
+	}
 	for _, want := range []string{
-		"interface eth0\n", "unicast_src_ip 192.0.2.10\n", "        192.0.2.11\n",
+		"interface eth0\n", "    include " + vrrp.PeersPath + "\n",
 		"        192.0.2.100/24 dev eth0\n", "priority 253\n",
 		"virtual_router_id " + strconv.Itoa(int(vrrp.RouterID("0d5c3f7e-uid"))) + "\n",
 	} {
@@ -86,7 +91,10 @@ func TestUserData_GroupMember(t *testing.T) {
 		}
 		return i
 	}
-	if !(at("sysctl -p "+vrrp.SysctlPath) < at("systemctl restart squid.service") &&
+	if !slices.Equal(d.Bootcmd, []any{"sysctl -w net.ipv4.ip_nonlocal_bind=1"}) {
+		t.Errorf("bootcmd %v, want the non-local bind set before the image's Squid starts", d.Bootcmd)
+	}
+	if !(at("systemctl restart squid.service") < at("systemctl restart keepalived.service") &&
 		at("systemctl restart squid.service") < at("systemctl restart keepalived.service") &&
 		at(enableUnit("keepalived.service")) < at("systemctl restart keepalived.service")) {
 		t.Errorf("runcmd order: %v", cmds)

@@ -45,6 +45,11 @@ const (
 	// not hold it (tcp_outgoing_address), so a member that takes the
 	// address over serves at once, without a restart.
 	SysctlPath = "/etc/sysctl.d/60-egress-proxy-vrrp.conf"
+	// PeersPath is the member's unicast block, which ConfigPath includes:
+	// the one part a change of the group's members changes, rewritten in
+	// place through the guest agent (ApplyPeers) instead of replacing
+	// the member.
+	PeersPath = "/etc/keepalived/egress-proxy-peers.conf"
 	// Service is the distributions' keepalived unit.
 	Service = "keepalived.service"
 )
@@ -113,20 +118,7 @@ func (m Member) Validate() error {
 	} else if m.Virtual.Addr() == m.Self {
 		add("virtual %s is the member's own address", m.Virtual.Addr())
 	}
-	for i, p := range m.Peers {
-		switch {
-		case !p.IsValid():
-			add("peers[%d]: no address", i)
-		case p == m.Self:
-			add("peers[%d]: %s is the member's own address", i, p)
-		case m.Virtual.IsValid() && p == m.Virtual.Addr():
-			add("peers[%d]: %s is the virtual address", i, p)
-		case m.Self.IsValid() && p.Is4() != m.Self.Is4():
-			add("peers[%d]: %s is not of self's family", i, p)
-		case slices.Contains(m.Peers[:i], p):
-			add("peers[%d]: %s is listed twice", i, p)
-		}
-	}
+	errs = append(errs, peersErrors(m.Self, m.Virtual.Addr(), m.Peers)...)
 	if m.RouterID == 0 {
 		add("routerID: 0 is not a VRRP router ID (1-255)")
 	}
@@ -142,7 +134,29 @@ func (m Member) Validate() error {
 	return nil
 }
 
-// Config renders keepalived.conf for m (checked by Validate first).
+// peersErrors says what is wrong with peers for a member at self in a
+// group whose address is virtual (either may be invalid: not checked).
+func peersErrors(self, virtual netip.Addr, peers []netip.Addr) []string {
+	var errs []string
+	for i, p := range peers {
+		switch {
+		case !p.IsValid():
+			errs = append(errs, fmt.Sprintf("peers[%d]: no address", i))
+		case p == self:
+			errs = append(errs, fmt.Sprintf("peers[%d]: %s is the member's own address", i, p))
+		case virtual.IsValid() && p == virtual:
+			errs = append(errs, fmt.Sprintf("peers[%d]: %s is the virtual address", i, p))
+		case self.IsValid() && p.Is4() != self.Is4():
+			errs = append(errs, fmt.Sprintf("peers[%d]: %s is not of self's family", i, p))
+		case slices.Contains(peers[:i], p):
+			errs = append(errs, fmt.Sprintf("peers[%d]: %s is listed twice", i, p))
+		}
+	}
+	return errs
+}
+
+// Config renders keepalived.conf for m (checked by Validate first). Its
+// unicast block is PeersPath's, included (Peers renders it).
 func Config(generator string, m Member) (string, error) {
 	if err := m.Validate(); err != nil {
 		return "", err
@@ -175,17 +189,8 @@ func Config(generator string, m Member) (string, error) {
 	w("    virtual_router_id %d", m.RouterID)
 	w("    priority %d", m.Priority)
 	w("    advert_int %d", AdvertInterval)
-	if len(m.Peers) > 0 {
-		// keepalived reverts to multicast when a unicast block lists no
-		// peer; a group of one has nobody to tell, and says so by
-		// multicast on its own bridge (docs/groups.md).
-		w("    unicast_src_ip %s", m.Self)
-		w("    unicast_peer {")
-		for _, p := range m.Peers {
-			w("        %s", p)
-		}
-		w("    }")
-	}
+	// keepalived reads an include in place, inside a block too.
+	w("    include %s", PeersPath)
 	w("    virtual_ipaddress {")
 	w("        %s dev %s", m.Virtual, m.Interface)
 	w("    }")
@@ -196,13 +201,59 @@ func Config(generator string, m Member) (string, error) {
 	return b.String(), nil
 }
 
-// Sysctl is SysctlPath's content: non-local binds for the virtual
-// address's family.
-func Sysctl(virtual netip.Addr) string {
-	if virtual.Is6() {
-		return "net.ipv6.ip_nonlocal_bind = 1\n"
+// Peers is PeersPath's content for a member at self advertising to
+// peers, checked as Validate checks a Member's. No peers: no unicast
+// block, since keepalived reverts to multicast when one lists no peer; a
+// group of one has nobody to tell, and says so by multicast on its own
+// bridge (docs/groups.md).
+func Peers(self netip.Addr, peers []netip.Addr) (string, error) {
+	errs := peersErrors(self, netip.Addr{}, peers)
+	if !self.IsValid() {
+		errs = append([]string{"self: no address"}, errs...)
 	}
-	return "net.ipv4.ip_nonlocal_bind = 1\n"
+	if len(errs) > 0 {
+		return "", fmt.Errorf("vrrp: %s", strings.Join(errs, "; "))
+	}
+	var b strings.Builder
+	b.WriteString("# The group's other members, written by egress-proxies-operator; rewritten in place when they change.\n")
+	if len(peers) > 0 {
+		fmt.Fprintf(&b, "unicast_src_ip %s\nunicast_peer {\n", self)
+		for _, p := range peers {
+			fmt.Fprintf(&b, "    %s\n", p)
+		}
+		b.WriteString("}\n")
+	}
+	return b.String(), nil
+}
+
+// ApplyPeers is the command a provider runs on a member through the
+// guest agent with Peers' content as its standard input: the file is
+// replaced whole (a reload never reads half of it) and a running
+// keepalived reloads it, keeping its state, so the holder keeps the
+// address; one not running yet reads it when it starts.
+func ApplyPeers() []string {
+	return []string{"/bin/sh", "-c", "umask 022 && cat > " + PeersPath + ".new && mv -f " + PeersPath + ".new " + PeersPath +
+		" && systemctl try-reload-or-restart " + Service}
+}
+
+// Sysctl is SysctlPath's content: non-local binds for the virtual
+// address's family, for every boot after the first.
+func Sysctl(virtual netip.Addr) string {
+	return nonlocalBind(virtual) + " = 1\n"
+}
+
+// SysctlCommand sets Sysctl's setting now: on the first boot, before the
+// image's Squid and keepalived start (cloud-init's bootcmd), since the
+// file is written later in that boot.
+func SysctlCommand(virtual netip.Addr) string {
+	return "sysctl -w " + nonlocalBind(virtual) + "=1"
+}
+
+func nonlocalBind(virtual netip.Addr) string {
+	if virtual.Is6() {
+		return "net.ipv6.ip_nonlocal_bind"
+	}
+	return "net.ipv4.ip_nonlocal_bind"
 }
 
 // Check is CheckPath's content: exit 0 when the local Squid on port $1
