@@ -34,4 +34,6 @@
 //     secondary resources (list.go): overlays and seeds named after their
 //     instance (volume.go).
 //   - image.go: the per-host image cache; xml.go: the domain and volume XML.
+//   - serving.go, grouppeers.go: the guest agent: the serving report read,
+//     a group member's peers file rewritten in place (guest-exec).
 package libvirt

@@ -21,6 +21,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/nocloud"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/servingreport"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/vrrp"
 )
 
 // fakeHost is the unit-test double behind the seam: one libvirt host in
@@ -91,6 +92,29 @@ type fakeDomain struct {
 	// (it reports an address).
 	guestFiles map[string]string
 	handles    map[int64]string
+	// agentLog is every agent command the guest answered, by name.
+	agentLog []string
+	// execs are the guest-exec runs not yet reported exited, by pid.
+	execs   map[int64]*fakeExec
+	nextPID int64
+	// execFail, when set, is how the next guest-exec ends (it writes
+	// nothing); execPending is how many guest-exec-status answers of each
+	// run say it has not exited yet.
+	execFail    *fakeExec
+	execPending int
+	// execHang: guest-exec runs never exit.
+	execHang bool
+}
+
+// fakeExec is one guest-exec run as guest-exec-status reports it.
+type fakeExec struct {
+	exitCode int
+	signal   int // non-zero: killed by it
+	stdout   string
+	stderr   string
+	pending  int
+	hang     bool
+	capture  bool // guest-exec's capture-output: status carries the outputs
 }
 
 // fakeGate holds calls until released.
@@ -244,18 +268,27 @@ func (d *fakeDomain) agent(cmd string) (string, error) {
 	var c struct {
 		Execute   string `json:"execute"`
 		Arguments struct {
-			Path   string `json:"path"`
-			Handle int64  `json:"handle"`
+			Path    string   `json:"path"`
+			Handle  int64    `json:"handle"`
+			Arg     []string `json:"arg"`
+			Input   string   `json:"input-data"`
+			Capture bool     `json:"capture-output"`
+			PID     int64    `json:"pid"`
 		} `json:"arguments"`
 	}
 	if err := json.Unmarshal([]byte(cmd), &c); err != nil {
 		return "", lvErr(libvirt.ErrInternalError, "internal error: cannot parse json %s: %v", cmd, err)
 	}
+	d.agentLog = append(d.agentLog, c.Execute)
 	files := d.guestFiles
 	if files == nil {
-		files = map[string]string{servingreport.ReportPath: servingreport.Format(servingreport.Report{Serving: true, CloudInit: "done"})}
+		files = defaultGuestFiles()
 	}
 	switch c.Execute {
+	case "guest-exec":
+		return d.exec(append([]string{c.Arguments.Path}, c.Arguments.Arg...), c.Arguments.Input, c.Arguments.Capture)
+	case "guest-exec-status":
+		return d.execStatus(c.Arguments.PID)
 	case "guest-file-open":
 		content, ok := files[c.Arguments.Path]
 		if !ok {
@@ -278,6 +311,72 @@ func (d *fakeDomain) agent(cmd string) (string, error) {
 		return `{"return":{}}`, nil
 	}
 	return "", lvErr(libvirt.ErrInternalError, "internal error: unable to execute QEMU agent command '%s': The command %s has not been found", c.Execute, c.Execute)
+}
+
+// defaultGuestFiles are a healthy guest's files: its reporter says its
+// proxy answers.
+func defaultGuestFiles() map[string]string {
+	return map[string]string{servingreport.ReportPath: servingreport.Format(servingreport.Report{Serving: true, CloudInit: "done"})}
+}
+
+// exec starts argv as qemu-ga's guest-exec does, at once: vrrp.ApplyPeers
+// writes its standard input to vrrp.PeersPath (so the next read returns
+// it) and exits 0, unless execFail says how it ends; any other command
+// is not there (127).
+func (d *fakeDomain) exec(argv []string, inputB64 string, capture bool) (string, error) {
+	in, err := base64.StdEncoding.DecodeString(inputB64)
+	if err != nil {
+		return "", lvErr(libvirt.ErrInternalError, "internal error: unable to execute QEMU agent command 'guest-exec': Parameter 'input-data' expects base64: %v", err)
+	}
+	run := &fakeExec{pending: d.execPending, hang: d.execHang}
+	switch {
+	case d.execFail != nil:
+		f := *d.execFail
+		f.pending, f.hang = run.pending, run.hang
+		run, d.execFail = &f, nil
+	case slices.Equal(argv, vrrp.ApplyPeers()):
+		if d.guestFiles == nil {
+			d.guestFiles = defaultGuestFiles()
+		}
+		d.guestFiles[vrrp.PeersPath] = string(in)
+	default:
+		run.exitCode, run.stderr = 127, fmt.Sprintf("%s: not found\n", argv[0])
+	}
+	if d.execs == nil {
+		d.execs = map[int64]*fakeExec{}
+	}
+	run.capture = capture
+	d.nextPID++
+	pid := 4000 + d.nextPID
+	d.execs[pid] = run
+	return fmt.Sprintf(`{"return":{"pid":%d}}`, pid), nil
+}
+
+// execStatus answers guest-exec-status as qemu-ga does: not exited while
+// the run is pending, then its end once (qemu-ga forgets a run it has
+// reported exited).
+func (d *fakeDomain) execStatus(pid int64) (string, error) {
+	run, ok := d.execs[pid]
+	if !ok {
+		return "", lvErr(libvirt.ErrInternalError, "internal error: unable to execute QEMU agent command 'guest-exec-status': Invalid parameter 'pid'")
+	}
+	if run.hang || run.pending > 0 {
+		run.pending--
+		return `{"return":{"exited":false}}`, nil
+	}
+	delete(d.execs, pid)
+	st := map[string]any{"exited": true}
+	if run.signal != 0 {
+		st["signal"] = run.signal
+	} else {
+		st["exitcode"] = run.exitCode
+	}
+	if run.capture {
+		st["out-data"] = base64.StdEncoding.EncodeToString([]byte(run.stdout))
+		st["err-data"] = base64.StdEncoding.EncodeToString([]byte(run.stderr))
+	}
+	out, err := json.Marshal(map[string]any{"return": st})
+	return string(out), err
 }
 
 func lvErr(code libvirt.ErrorNumber, format string, args ...any) error {

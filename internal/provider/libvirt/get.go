@@ -45,14 +45,25 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 	if err != nil {
 		return provider.Instance{}, err
 	}
-	md, err := p.readMarks(ctx, b, dom)
+	md, err := p.ourMarks(ctx, b, h, dom)
 	if err != nil {
 		return provider.Instance{}, err
 	}
-	if !md.Marks.Managed || md.Marks.Installation != p.opts.InstallationID {
-		return provider.Instance{}, provider.Errorf(provider.ErrNotFound, "domain %s on host %s is not this installation's", name, h.Name)
-	}
 	return p.describe(ctx, b, h, dom, md)
+}
+
+// ourMarks reads dom's marks, NotFound unless they are this
+// installation's: a domain under an instance's name that is not ours is
+// not the instance, and no call acts on it.
+func (p *Provider) ourMarks(ctx context.Context, b backend, h Host, dom libvirt.Domain) (parsedMetadata, error) {
+	md, err := p.readMarks(ctx, b, dom)
+	if err != nil {
+		return parsedMetadata{}, err
+	}
+	if !md.Marks.Managed || md.Marks.Installation != p.opts.InstallationID {
+		return parsedMetadata{}, provider.Errorf(provider.ErrNotFound, "domain %s on host %s is not this installation's", dom.Name, h.Name)
+	}
+	return md, nil
 }
 
 // configuredHost is the host an instance ID names. A host that is no

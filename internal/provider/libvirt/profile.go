@@ -7,7 +7,9 @@ import (
 
 // Profile is the profile of the libvirt provider, under both its type
 // names, on the contract's axes and the compared rows (docs/providers.md is
-// generated from it: make providers-doc).
+// generated from it: make providers-doc). The guest agent of the serving
+// signal also updates a group member's peers in place, through guest-exec
+// (grouppeers.go); no axis of the profile covers that.
 func Profile() profile.Profile {
 	return profile.Profile{
 		Readiness:          profile.Is(profile.ReadinessProvisioningWindow).Note("a minute or two: an image download first, once per host, then boot and cloud-init"),

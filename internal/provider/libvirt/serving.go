@@ -46,7 +46,7 @@ func (p *Provider) serving(ctx context.Context, b backend, dom libvirt.Domain) (
 		switch {
 		case hasCode(err, libvirt.ErrAgentUnresponsive, libvirt.ErrAgentUnsynced):
 			return servingreport.Unread("the guest agent does not answer yet"), nil
-		case strings.Contains(err.Error(), "No such file or directory"):
+		case guestFileMissing(err):
 			return servingreport.Unread("the guest has not reported yet: cloud-init starts its reporter"), nil
 		}
 		return servingreport.Unread("reading the guest's report through its agent failed: " + shortError(err)), nil
@@ -85,6 +85,14 @@ func readGuestFile(ctx context.Context, b backend, dom libvirt.Domain, path stri
 		return "", fmt.Errorf("guest-file-read of %s: buf-b64: %w", path, err)
 	}
 	return string(data), nil
+}
+
+// guestFileMissing says whether err is the agent's answer to opening a
+// file that is not there: qemu-ga fails guest-file-open with the system's
+// strerror, which libvirt passes on in an internal error (no code of its
+// own).
+func guestFileMissing(err error) bool {
+	return strings.Contains(err.Error(), "No such file or directory")
 }
 
 // agentCommand runs one agent command and decodes its "return" into ret

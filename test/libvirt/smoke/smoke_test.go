@@ -3,7 +3,9 @@
 // pinned host key and a direct-streamlocal channel, the real Debian guest
 // booted from the disk with a NoCloud seed holding the generated Squid
 // cloud-config, the address from the guest agent, a page fetched through
-// the guest's Squid over a loopback port forward, and a refusal.
+// the guest's Squid over a loopback port forward, and a refusal; then the
+// provider itself tells the guest a group member's peers in place, through
+// the agent's guest-exec (UpdateGroupPeers), as the reconciler does.
 //
 // It runs only inside the host's namespace: `make test-libvirt` (or
 // `hack/libvirt/run.sh go test ./test/libvirt/smoke`); without a host it
@@ -16,6 +18,7 @@
 package smoke
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -32,8 +35,10 @@ import (
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
+	kvm "github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/libvirt"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/nocloud"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/vrrp"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/libvirthost"
 )
@@ -49,6 +54,12 @@ const (
 	// under emulation on an idle machine, more on a busy one.
 	bootBound  = 6 * time.Minute
 	originBody = "hello from the namespace's loopback\n"
+	// metadataURI is the provider's marks element
+	// (internal/provider/libvirt/metadata.go, a stored format): the domain
+	// carries it so that the provider's calls take it for an instance.
+	metadataURI = "https://egress.proxy-operator.dev/libvirt/instance/v1"
+	// installation is the one the domain's marks and the provider name.
+	installation = "smoke"
 )
 
 func TestLibvirtHostSmoke(t *testing.T) {
@@ -151,7 +162,7 @@ func TestLibvirtHostSmoke(t *testing.T) {
 	seed := uploadBytes(t, l, pool, name+"-seed.iso", iso)
 	vols = append(vols, seed)
 
-	xml := domainXML(name, h.DomainType, h.Pool, overlay.Name, seed.Name, console)
+	xml := domainXML(name, h.DomainType, h.Pool, overlay.Name, seed.Name, console, marksElement(name))
 	applied := time.Now()
 	d, err := l.DomainDefineXML(xml)
 	if err != nil {
@@ -210,6 +221,59 @@ func TestLibvirtHostSmoke(t *testing.T) {
 	t.Logf("GET %s from %s (outside allowedSourceRanges): %s (%s), the origin not reached", refusedURL, addr,
 		strings.TrimSpace(status), "ERR_ACCESS_DENIED")
 
+	// The group peers, through the provider as the reconciler calls it (its
+	// method boundary, whose outcome line says what the call did). No
+	// keepalived runs here (the guest has no keepalived.conf), so the
+	// reload does nothing, and nothing is sent to the TEST-NET peers.
+	p := newProvider(t, h, guest)
+	id := "hosts/" + libvirthost.ProviderHostName + "/domains/" + name
+	// Get proves the marks: the provider takes the domain for its instance
+	// (its state says Provisioning: the NIC's MAC is not the one the
+	// provider derives from the name, so it finds no address).
+	inst, err := p.Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("the provider's Get of %s: %v", id, err)
+	}
+	t.Logf("the provider's Get of %s: %s (installation %s's instance)", id, inst.State, installation)
+	peersU := provider.WithBoundary("smoke", kvm.TypeKVM, p).Peers
+	self, peers := netip.MustParseAddr("192.0.2.10"), []netip.Addr{netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.12")}
+	wantPeers, err := vrrp.Peers(self, peers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	updatePeers := func(want string) time.Duration {
+		t.Helper()
+		var logs testenv.LogLines
+		began := time.Now()
+		if err := peersU.UpdateGroupPeers(logs.Context(1), id, self, peers); err != nil {
+			t.Fatalf("UpdateGroupPeers(%s, %s, %v): %v", id, self, peers, err)
+		}
+		took := time.Since(began)
+		if len(logs.Find(`"msg"="update_group_peers done"`, `"outcome"="`+want+`"`)) != 1 {
+			t.Fatalf("UpdateGroupPeers: no outcome %q in its outcome line:\n%s", want, logs.String())
+		}
+		return took
+	}
+	// The file and its inode: ApplyPeers replaces the file whole (mv), so
+	// a call that wrote it again would show a new inode.
+	peersFile := func() (content, stat string) {
+		t.Helper()
+		return libvirthost.GuestExec(t, l, d, "/bin/cat", vrrp.PeersPath),
+			strings.TrimSpace(libvirthost.GuestExec(t, l, d, "/usr/bin/stat", "-c", "%i %y", vrrp.PeersPath))
+	}
+	// The smoke guest has no peers file (it is no group member): written.
+	tookWrite := updatePeers("updated")
+	got, written := peersFile()
+	if got != wantPeers {
+		t.Fatalf("%s after UpdateGroupPeers:\n%s\nwant:\n%s", vrrp.PeersPath, got, wantPeers)
+	}
+	tookRead := updatePeers("unchanged")
+	if got, again := peersFile(); got != wantPeers || again != written {
+		t.Fatalf("%s after a second UpdateGroupPeers with the same peers: inode and mtime %q (were %q), content:\n%s", vrrp.PeersPath, again, written, got)
+	}
+	t.Logf("UpdateGroupPeers(%s, %v) wrote %s through guest-exec in %.2fs (inode and mtime %s); again with the same peers: one read, unchanged, in %.2fs",
+		self, peers, vrrp.PeersPath, tookWrite.Seconds(), written, tookRead.Seconds())
+
 	t.Logf("TIMINGS apply->agent %.1fs, apply->address %.1fs, apply->first proxied 200 %.1fs",
 		toAgent.Seconds(), toAddress.Seconds(), toProxied.Seconds())
 
@@ -228,9 +292,40 @@ func TestLibvirtHostSmoke(t *testing.T) {
 	t.Logf("domain undefined; pool %s holds no volume of the test (%d volumes in all)", h.Pool, len(after))
 }
 
-func domainXML(name, domainType, pool, disk, seed, console string) string {
+// newProvider is the libvirt provider on this host, as an entry would
+// configure it, of the installation the domain's marks name. It makes no
+// instance: the image URL is never fetched.
+func newProvider(t *testing.T, h *libvirthost.Host, guest libvirthost.Guest) *kvm.Provider {
+	t.Helper()
+	cfg, errs := kvm.Parse(h.ProviderConfig(h.Socket, "http://127.0.0.1:9/unused.qcow2", guest), nil)
+	if len(errs) > 0 {
+		t.Fatalf("the test host's provider config: %v", errs.ToAggregate())
+	}
+	p, err := kvm.New("smoke", cfg, provider.Options{InstallationID: installation})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("closing the provider: %v", err)
+		}
+	})
+	return p
+}
+
+// marksElement is the provider's marks element for instance name, as the
+// provider writes it.
+func marksElement(name string) string {
+	return fmt.Sprintf(`<metadata><egressproxy:instance xmlns:egressproxy='%s'>`+
+		`<egressproxy:managed>%s</egressproxy:managed><egressproxy:uid>uid-%s</egressproxy:uid>`+
+		`<egressproxy:installation>%s</egressproxy:installation></egressproxy:instance></metadata>`,
+		metadataURI, provider.MarkManagedValue, name, installation)
+}
+
+func domainXML(name, domainType, pool, disk, seed, console, metadata string) string {
 	return fmt.Sprintf(`<domain type='%s'>
   <name>%s</name>
+  %s
   <memory unit='MiB'>1024</memory>
   <vcpu>2</vcpu>
   <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
@@ -258,7 +353,7 @@ func domainXML(name, domainType, pool, disk, seed, console string) string {
     <rng model='virtio'><backend model='random'>/dev/urandom</backend></rng>
     <memballoon model='none'/>
   </devices>
-</domain>`, domainType, name, pool, disk, pool, seed, mac, console)
+</domain>`, domainType, name, metadata, pool, disk, pool, seed, mac, console)
 }
 
 func uploadFile(t *testing.T, l *libvirt.Libvirt, pool libvirt.StoragePool, name, format, path string) libvirt.StorageVol {
