@@ -60,23 +60,19 @@ func (p *Provider) Get(ctx context.Context, id string) (provider.Instance, error
 }
 
 func (p *Provider) get(ctx context.Context, vmid int, name string) (provider.Instance, error) {
-	rs, err := p.resources(ctx, false)
+	r, err := p.entry(ctx, vmid)
 	if err != nil {
 		return provider.Instance{}, err
 	}
-	r, ok := find(rs, vmid)
-	if !ok {
-		return provider.Instance{}, provider.Errorf(provider.ErrNotFound, "VM %d not found", vmid)
-	}
 	id := formatID(vmid, name)
-	m := p.marksFromTags(r.Tags)
 	if r.Lock != "" && r.Lock != "suspended" {
 		// Mid-clone entries are nameless; an unfinished create that no
 		// step advances reads Stopped, so Create resumes it.
-		return provider.Instance{ID: id, UID: m.UID, State: provider.StateStopped, Progress: "VM locked (" + r.Lock + "); Create resumes it"}, nil
+		return provider.Instance{ID: id, UID: p.marksFromTags(r.Tags).UID, State: provider.StateStopped, Progress: "VM locked (" + r.Lock + "); Create resumes it"}, nil
 	}
-	if r.Name != name {
-		return provider.Instance{}, provider.Errorf(provider.ErrNotFound, "VM %d is now %q", vmid, r.Name)
+	m, err := p.judge(r, name)
+	if err != nil {
+		return provider.Instance{}, err
 	}
 	if !m.Managed {
 		// Not tagged: a create interrupted right after its clone, or
@@ -92,9 +88,6 @@ func (p *Provider) get(ctx context.Context, vmid int, name string) (provider.Ins
 			return provider.Instance{}, provider.Errorf(provider.ErrNotFound, "VM %d is not this installation's", vmid)
 		}
 		return provider.Instance{ID: id, UID: dm.UID, State: provider.StateStopped, Progress: "create unfinished; Create resumes it"}, nil
-	}
-	if m.Installation != p.opts.InstallationID {
-		return provider.Instance{}, provider.Errorf(provider.ErrNotFound, "VM %d is not this installation's", vmid)
 	}
 	in := provider.Instance{ID: id, UID: m.UID}
 	switch r.Status {
@@ -150,6 +143,35 @@ func (p *Provider) get(ctx context.Context, vmid int, name string) (provider.Ins
 	return in, nil
 }
 
+// entry is VM vmid's /cluster/resources entry (the shared read):
+// NotFound when the cluster has no such VMID.
+func (p *Provider) entry(ctx context.Context, vmid int) (resource, error) {
+	rs, err := p.resources(ctx, false)
+	if err != nil {
+		return resource{}, err
+	}
+	r, ok := find(rs, vmid)
+	if !ok {
+		return resource{}, provider.Errorf(provider.ErrNotFound, "VM %d not found", vmid)
+	}
+	return r, nil
+}
+
+// judge says whether entry r, not locked, is name's VM of this
+// installation: NotFound for another name or another installation's mark;
+// marks not Managed while the VM carries none yet (a create interrupted
+// before its first config), which only its description settles.
+func (p *Provider) judge(r resource, name string) (provider.Marks, error) {
+	if r.Name != name {
+		return provider.Marks{}, provider.Errorf(provider.ErrNotFound, "VM %d is now %q", r.VMID, r.Name)
+	}
+	m := p.marksFromTags(r.Tags)
+	if m.Managed && m.Installation != p.opts.InstallationID {
+		return provider.Marks{}, provider.Errorf(provider.ErrNotFound, "VM %d is not this installation's", r.VMID)
+	}
+	return m, nil
+}
+
 // PVE's and qemu-ga's texts Get reads (fakepve's fixtures
 // agent-*-not-running.json, agent-file-read-missing.json).
 const (
@@ -177,35 +199,61 @@ const maxUnreadDetail = 200
 // any other failure is Get's error, with PVE's class (a Transient one
 // keeps a serving Proxy as it was).
 func (p *Provider) readReport(ctx context.Context, node string, vmid int, in *provider.Instance) error {
-	var fr struct {
-		Content   string          `json:"content"`
-		Truncated json.RawMessage `json:"truncated"`
-	}
-	err := p.api.do(ctx, http.MethodGet, vmPath(node, vmid)+"/agent/file-read", url.Values{"file": {servingreport.ReportPath}}, &fr)
+	f, err := p.readGuestFile(ctx, node, vmid, servingreport.ReportPath)
 	switch {
 	case err != nil && strings.Contains(err.Error(), agentNotRunning):
 		servingreport.Unread(agentNotAnswering).Apply(in)
 		return nil
-	case err != nil && strings.Contains(err.Error(), fileOpenFailed) && strings.Contains(err.Error(), noSuchFile):
-		servingreport.Unread(notReportedYet).Apply(in)
-		return nil
 	case err != nil:
 		return provider.Errorf(provider.ErrTransient, "serving report of VM %d (agent/file-read %s): %w", vmid, servingreport.ReportPath, err)
-	}
-	if t := string(fr.Truncated); t != "" && t != "0" && t != "false" && t != "null" {
+	case !f.Found:
+		servingreport.Unread(notReportedYet).Apply(in)
+		return nil
+	case f.Truncated:
 		// PVE stops at 16 MiB; the reporter writes a few hundred bytes.
-		servingreport.Unread(fmt.Sprintf("the guest's report at %s is over %d bytes: not the reporter's", servingreport.ReportPath, len(fr.Content))).Apply(in)
+		servingreport.Unread(fmt.Sprintf("the guest's report at %s is over %d bytes: not the reporter's", servingreport.ReportPath, len(f.Content))).Apply(in)
 		return nil
 	}
-	rep, err := servingreport.Parse(fr.Content)
+	rep, err := servingreport.Parse(f.Content)
 	if err != nil {
-		why := "the guest's report does not parse: " + err.Error()
-		if len(why) > maxUnreadDetail {
-			why = strings.ToValidUTF8(why[:maxUnreadDetail-3], "") + "..."
-		}
-		servingreport.Unread(why).Apply(in)
+		servingreport.Unread(clip("the guest's report does not parse: "+err.Error(), maxUnreadDetail)).Apply(in)
 		return nil
 	}
 	rep.Signal(time.Now()).Apply(in)
 	return nil
+}
+
+// guestFile is a file of a guest as agent/file-read read it.
+type guestFile struct {
+	Content string
+	// Found is false for a file that does not exist (Content "").
+	Found bool
+	// Truncated: PVE stopped reading at 16 MiB.
+	Truncated bool
+}
+
+// readGuestFile reads path on VM vmid's guest through its agent
+// (agent/file-read, one request). A file that does not exist is not an
+// error but Found false: qemu-ga's open fails with "No such file or
+// directory". Every other failure is PVE's, as classifyAPI classed it.
+func (p *Provider) readGuestFile(ctx context.Context, node string, vmid int, path string) (guestFile, error) {
+	var fr struct {
+		Content   string          `json:"content"`
+		Truncated json.RawMessage `json:"truncated"`
+	}
+	err := p.api.do(ctx, http.MethodGet, vmPath(node, vmid)+"/agent/file-read", url.Values{"file": {path}}, &fr)
+	switch {
+	case err != nil && strings.Contains(err.Error(), fileOpenFailed) && strings.Contains(err.Error(), noSuchFile):
+		return guestFile{}, nil
+	case err != nil:
+		return guestFile{}, err
+	}
+	return guestFile{Content: fr.Content, Found: true, Truncated: jsonTrue(fr.Truncated)}, nil
+}
+
+// jsonTrue reads a flag PVE sends as 1 (Perl's conversion of a JSON
+// boolean) or as true.
+func jsonTrue(v json.RawMessage) bool {
+	t := string(v)
+	return t != "" && t != "0" && t != "false" && t != "null"
 }

@@ -44,6 +44,7 @@ func (e *env) newProvider(t *testing.T, inst string) *Provider {
 	p, err := New("pve-test", e.cfg, provider.Options{InstallationID: inst})
 	must(t, err)
 	p.taskPoll = time.Millisecond
+	p.execPoll = time.Millisecond
 	t.Cleanup(func() { _ = p.Close() })
 	return p
 }

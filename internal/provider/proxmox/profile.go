@@ -7,7 +7,11 @@ import (
 
 // Profile is the proxmox provider's profile on the contract's axes and the
 // compared rows (docs/providers.md is generated from it: make
-// providers-doc).
+// providers-doc). The guest agent of the serving signal also updates a
+// group member's peers in place, through agent/exec and
+// agent/exec-status (grouppeers.go; the token then needs
+// VM.GuestAgent.Unrestricted, VM.Monitor on PVE 8); no axis of the
+// profile covers that.
 func Profile() profile.Profile {
 	return profile.Profile{
 		Readiness:          profile.Is(profile.ReadinessProvisioningWindow).Note("a minute or so: clone, seed upload, boot, cloud-init"),

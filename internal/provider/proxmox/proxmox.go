@@ -26,6 +26,8 @@ type Provider struct {
 	dels  *inflight.Table
 	// taskPoll is the interval between task status reads.
 	taskPoll time.Duration
+	// execPoll is the interval between agent/exec-status reads.
+	execPoll time.Duration
 
 	// shared /cluster/resources read: concurrent Gets within window share one.
 	resMu   sync.Mutex
@@ -72,7 +74,7 @@ func New(name string, cfg Config, opts provider.Options) (*Provider, error) {
 		api: &client{base: strings.TrimRight(cfg.URL, "/"), tokenFile: cfg.TokenFile, caFile: cfg.CAFile,
 			insecure: cfg.InsecureSkipTLSVerify, timeout: time.Duration(cfg.RequestTimeoutSeconds) * time.Second},
 		steps: inflight.New(provider.OpCreate), dels: inflight.New(provider.OpDelete),
-		taskPoll: time.Second, window: time.Second, creating: map[string]provider.Instance{}, cloned: map[string]bool{},
+		taskPoll: time.Second, execPoll: defaultExecPoll, window: time.Second, creating: map[string]provider.Instance{}, cloned: map[string]bool{},
 	}, nil
 }
 

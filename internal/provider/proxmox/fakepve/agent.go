@@ -34,6 +34,10 @@ type Agent struct {
 	// many Advance steps or agent calls have passed (the BootSteps-th call
 	// is answered); 0 takes SetAgentBootSteps' value.
 	BootSteps int
+	// Exec, when set, is how every command run through agent/exec ends
+	// instead of the model, with no effect on the guest (a command that
+	// fails there: a read-only filesystem, keepalived not installed).
+	Exec *ExecResult
 }
 
 // Interface is one entry of guest-network-get-interfaces.
@@ -146,13 +150,23 @@ func (s *Server) agentCommand(c *call, cmd string) (*vm, *Error) {
 	if e != nil {
 		return nil, e
 	}
-	if e := s.assertAgentAvailable(v); e != nil {
+	if e := s.agentReady(v, cmd); e != nil {
 		return nil, e
 	}
-	if v.agent.Mode == AgentQMPTimeout {
-		return nil, QMPTimeout(cmd)
-	}
 	return v, nil
+}
+
+// agentReady is agent_cmd once the config is loaded: assert_agent_available,
+// then the command's answer or its timeout (for endpoints that check their
+// parameters between the two, as exec does).
+func (s *Server) agentReady(v *vm, cmd string) *Error {
+	if e := s.assertAgentAvailable(v); e != nil {
+		return e
+	}
+	if v.agent.Mode == AgentQMPTimeout {
+		return QMPTimeout(cmd)
+	}
+	return nil
 }
 
 // assertAgentAvailable is qemu-server's assert_agent_available: an agent

@@ -455,6 +455,12 @@ func init() {
 				"count":  {typ: tInteger, optional: true, min: fptr(1), max: fptr(maxReadSize)},
 				"decode": pBool, "offset": {typ: tInteger, optional: true, min: fptr(0)}}),
 			handle: h((*Server).agentFileRead)},
+		{method: "POST", path: vmPath("/agent/exec"), proxy: true, perm: vmPerm("VM.GuestAgent.Unrestricted"),
+			params: withParams(vm, schema{"command": {typ: tArray, items: &pspec{typ: tString}},
+				"input-data": {typ: tString, optional: true, maxLen: 64 << 10}}),
+			handle: h((*Server).agentExec)},
+		{method: "GET", path: vmPath("/agent/exec-status"), proxy: true, perm: vmPerm("VM.GuestAgent.Unrestricted"),
+			params: withParams(vm, schema{"pid": {typ: tInteger}}), handle: h((*Server).agentExecStatus)},
 
 		{method: "GET", path: []string{"nodes", "{node}", "storage"}, proxy: true,
 			params: schema{"node": pNode, "storage": pStorage.opt(), "content": pString, "enabled": pBool,

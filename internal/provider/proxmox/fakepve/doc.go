@@ -21,7 +21,9 @@
 // .../status/current; POST .../status/start, stop, shutdown, suspend (pause,
 // or hibernate with todisk=1), resume; DELETE /nodes/{node}/qemu/{vmid}
 // (purge, destroy-unreferenced-disks); GET .../agent/network-get-interfaces;
-// GET .../agent/file-read (file, count, decode, offset);
+// GET .../agent/file-read (file, count, decode, offset); POST
+// .../agent/exec (command, an array; input-data) and GET
+// .../agent/exec-status (pid);
 // GET /nodes/{node}/storage; GET .../storage/{storage}/status; GET
 // .../storage/{storage}/content; DELETE .../content/{volume} (the volume ID
 // may contain "/", as PVE's fragmentDelimiter allows); POST
@@ -50,7 +52,10 @@
 // PVE dies in an eval that only warns, and the connection ends.
 //
 // Parameters are verified as pve-common JSONSchema.pm does, with its texts:
-// missing properties, types (booleans only "0" or "1"), formats (pve-vmid,
+// missing properties, types (booleans only "0" or "1"; arrays as PVE 8+
+// takes them: a repeated form or query key or a JSON array, one value for
+// an array parameter an array of one, an array for a "-list" string joined
+// with ","; elements checked as "<name>[<i>]"), formats (pve-vmid,
 // pve-node, pve-storage-id, dns-name, tags, the memory, agent and net
 // property strings), patterns, lengths, ranges, enumerations, and unknown
 // parameters, all collected into the errors map. Permissions are checked
@@ -116,10 +121,23 @@
 // or, as cloud-init would configure it at the VM's start, the static
 // address of the network-config in the seed ISO on ide2 when that matches
 // eth0 by net0's MAC or a name glob).
-// agent/file-read reads the guest's files (SetGuestFile, RemoveGuestFile;
-// /run is emptied by a stop): "Agent error: failed to open file '<path>'
-// (mode: 'r'): No such file or directory" for a missing one, at most 16 MiB
-// with "truncated": 1 beyond. A guest runs the operator's serving reporter
+// agent/file-read reads the guest's files (SetGuestFile, RemoveGuestFile,
+// GuestFile; /run is emptied by a stop): "Agent error: failed to open file
+// '<path>' (mode: 'r'): No such file or directory" for a missing one, at
+// most 16 MiB with "truncated": 1 beyond. agent/exec answers {"pid": n}
+// (the guest's pids count from 1187 after each boot) and
+// agent/exec-status {"exited": 0} while the command runs, then once
+// {"exited": 1, "exitcode": n} (or "signal") with "out-data" and
+// "err-data" when it wrote any, after which the pid is "Agent error:
+// Invalid parameter 'pid'" (qemu-ga 7.2, Debian 12's). The guest runs
+// only vrrp.ApplyPeers() (argv compared exactly), which writes its
+// input-data to vrrp.PeersPath; any other command exits 127 with dash's
+// "<sh>: 1: <name>: not found" (a script's first word, else argv[0]);
+// Agent.Exec makes every command end otherwise, without effect. A
+// command runs for SetExecPolls exec-status reads or Advance steps
+// (default 1) and takes effect as it ends; a stop ends it. input-data
+// reaches the guest as Latin-1 (Perl's encode_base64 of the decoded
+// parameter; a character above U+00FF is its "Wide character" die). A guest runs the operator's serving reporter
 // by default: servingreport.ReportPath reads as a report stamped at the
 // read that says the proxy answers, until a test writes or removes it
 // (SetGuestReport).
@@ -145,7 +163,8 @@
 // propagate); the most specific entry that applies wins. Routes check what
 // PVE's schemas name (VM.Audit, VM.Config.* per option, VM.Clone and
 // VM.Allocate on the new VMID, VM.PowerMgmt, VM.GuestAgent.Audit and
-// .FileRead (or .Unrestricted),
+// .FileRead (or .Unrestricted), VM.GuestAgent.Unrestricted for exec and
+// exec-status (PVE 9; VM.Monitor on 8),
 // Datastore.Allocate/AllocateSpace/AllocateTemplate/Audit, Sys.Audit on
 // nodes and on other tokens' tasks); lists leave out what the token may not
 // see. Revoke takes privileges away on one path.
@@ -157,10 +176,11 @@
 // Advance steps pass), ClearFaults, Holding, SetTaskPolls, SetTaskOutcome,
 // SetLockWaitPolls, Advance, Settle, StartClock (steps on wall time, for
 // tests that cannot step in lockstep), SetAgent, SetAgentBootSteps,
-// SetGuestFile, SetGuestReport, RemoveGuestFile, SetNodeOffline,
+// SetExecPolls, SetGuestFile, SetGuestReport, RemoveGuestFile,
+// SetNodeOffline,
 // SetStorageFull, SetStorageActive, SetStatsInterval, SetNextID, SetLock,
 // SetVMRunning, MigrateVM, PutVM, PutVolume, SetTokenACL, Revoke, and VM,
-// VMIDs, Volumes, Tasks to inspect; Reset returns to the starting world.
+// VMIDs, Volumes, Tasks, GuestFile to inspect; Reset returns to the starting world.
 // Every method is safe for concurrent use.
 //
 // # What is not modelled
@@ -183,8 +203,10 @@
 // # Sources
 //
 // Every error constructor (errors.go) and every behaviour names the PVE
-// source it follows: proxmox/qemu-server (API2/Qemu.pm, QemuServer.pm,
-// QemuServer/Agent.pm, QemuImage.pm; snapshot 2026-08-17), pve-manager
+// source it follows: proxmox/qemu-server (API2/Qemu.pm, API2/Qemu/Agent.pm,
+// QemuServer.pm, QemuServer/Agent.pm, QemuImage.pm; snapshot 2026-08-17),
+// qemu's guest agent (qga/commands.c and commands-posix.c; 7.2, Debian
+// 12's, for what the guest answers), pve-manager
 // (HTTPServer.pm, API2/Cluster.pm, API2/Tasks.pm, API2/Nodes.pm,
 // API2Tools.pm, Service/pvestatd.pm; 2026-08-20), pve-http-server
 // (APIServer/AnyEvent.pm, Formatter/Standard.pm; 2025-10-15), pve-common

@@ -187,6 +187,27 @@ func GuestFileNotFound(path string) *Error {
 	return AgentError("failed to open file '" + path + "' (mode: 'r'): No such file or directory")
 }
 
+// ExecPIDUnknown: agent/exec-status of a pid qemu-ga has no command for
+// (never started, or its end already read).
+// Source: qemu-server QemuServer/Agent.pm qemu_exec_status -> check_agent_error; qemu 7.2
+// qga/commands.c qmp_guest_exec_status (QERR_INVALID_PARAMETER, "Invalid parameter '%s'", as
+// Debian 12's guest agent has it; qemu reworded it later, with QERR_INVALID_PARAMETER's removal).
+func ExecPIDUnknown() *Error { return AgentError("Invalid parameter 'pid'") }
+
+// ExecNothing: agent/exec with neither a command nor input-data (an empty
+// JSON array).
+// Source: qemu-server QemuServer/Agent.pm qemu_exec.
+func ExecNothing() *Error { return die("command or input-data (or both) required\n") }
+
+// ExecWideCharacter: agent/exec input-data with a character above U+00FF:
+// qemu_exec's encode_base64 takes the decoded parameter as octets and
+// croaks.
+// Source: qemu-server QemuServer/Agent.pm qemu_exec (line 135 of the 2026-08-17 snapshot);
+// MIME::Base64 encode_base64.
+func ExecWideCharacter() *Error {
+	return die("Wide character in subroutine entry at /usr/share/perl5/PVE/QemuServer/Agent.pm line 135.\n")
+}
+
 // NoFreeVMID: /cluster/nextid found no free VMID in the datacenter range.
 // Source: pve-manager API2/Cluster.pm nextid.
 func NoFreeVMID(lower, upper int) *Error {

@@ -36,10 +36,7 @@ func (s *Server) SetGuestFile(vmid int, path string, content []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if v := s.vms[vmid]; v != nil {
-		if v.files == nil {
-			v.files = map[string][]byte{}
-		}
-		v.files[path] = append([]byte(nil), content...)
+		v.writeFile(path, content)
 		if path == servingreport.ReportPath {
 			v.reportSet = true
 		}
@@ -77,13 +74,35 @@ func (s *Server) guestFile(v *vm, path string) ([]byte, bool) {
 	return b, ok
 }
 
-// stopped is what a stop does to the guest's files: /run is a tmpfs.
+// GuestFile is the file at path on VM vmid's guest, and whether it
+// exists (the default reporter's report included).
+func (s *Server) GuestFile(vmid int, path string) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.vms[vmid]
+	if v == nil {
+		return nil, false
+	}
+	b, ok := s.guestFile(v, path)
+	return append([]byte(nil), b...), ok
+}
+
+func (v *vm) writeFile(path string, content []byte) {
+	if v.files == nil {
+		v.files = map[string][]byte{}
+	}
+	v.files[path] = append([]byte(nil), content...)
+}
+
+// stopped is what a stop does to the guest: /run is a tmpfs, and the
+// agent's commands end with it.
 func (v *vm) stopped() {
 	for p := range v.files {
 		if strings.HasPrefix(p, "/run/") {
 			delete(v.files, p)
 		}
 	}
+	v.procs = nil
 }
 
 // agentFileRead is GET .../agent/file-read: the VM's config, then
@@ -132,9 +151,7 @@ func (s *Server) agentFileRead(c *call) (any, *Error) {
 		case len(chunk) == 0:
 			// qemu-ga leaves buf-b64 out; decode_base64(undef) is "".
 		case decode:
-			for _, b := range chunk {
-				content.WriteRune(rune(b))
-			}
+			content.WriteString(octets(chunk))
 		default:
 			content.WriteString(base64.StdEncoding.EncodeToString(chunk))
 		}

@@ -20,6 +20,8 @@ type vm struct {
 	agentWait int               // Advance steps or agent polls until the agent answers
 	files     map[string][]byte // the guest's files (SetGuestFile)
 	reportSet bool              // a test wrote or removed the serving report: no default reporter
+	procs     map[int]*process  // the agent's guest-exec commands, by pid, until read as ended
+	nextPID   int
 	// static is the address the guest's cloud-init configured from its
 	// seed's network-config at its last start; nil: DHCP's.
 	static *IPAddress

@@ -15,6 +15,16 @@ import (
 // (additionalProperties => 0). All errors are collected, one per
 // parameter, into the 400's errors map. A format error is "invalid format -
 // " and the format's die text, its trailing newline included.
+//
+// Arrays: since pve-http-server "use proper arrays for array parameter"
+// (2023-06, PVE 8.0) a key repeated in a form or query is an array, as is
+// a JSON array; RESTHandler.pm's normalize_legacy_param_formats then joins
+// an array given for a "-list" string with "," and makes a scalar given
+// for an array parameter an array of one (unless Perl calls it false: ""
+// or "0"). check_type says "type check ('array') failed" of a scalar left
+// where an array belongs, "type check ('<type>') failed - got ARRAY" of an
+// array where a scalar belongs, and check_prop checks each element against
+// items, naming it "<name>[<i>]".
 
 type ptype int
 
@@ -23,7 +33,12 @@ const (
 	tInteger
 	tBoolean
 	tNumber
+	tArray
 )
+
+func (t ptype) String() string {
+	return [...]string{"string", "integer", "boolean", "number", "array"}[t]
+}
 
 type pspec struct {
 	typ      ptype
@@ -33,6 +48,7 @@ type pspec struct {
 	maxLen   int
 	min, max *float64
 	enum     []string
+	items    *pspec // tArray: each element's schema
 }
 
 type schema map[string]pspec
@@ -55,9 +71,60 @@ var (
 
 func (p pspec) opt() pspec { p.optional = true; return p }
 
-func (sc schema) validate(params map[string]string) map[string]string {
+// item is one element of an array parameter as Perl holds it: a scalar
+// v, or (from a JSON array) a reference, ref naming what ref() says of it
+// ("ARRAY", "HASH", "JSON::PP::Boolean"), or undef (a JSON null).
+type item struct {
+	v     string
+	ref   string
+	undef bool
+}
+
+func items(vs []string) []item {
+	out := make([]item, len(vs))
+	for i, v := range vs {
+		out[i] = item{v: v}
+	}
+	return out
+}
+
+// normalize is RESTHandler.pm normalize_legacy_param_formats, on the
+// top level: an array given for a "-list" string joined with ",", a
+// scalar that Perl calls true given for an array made an array of one.
+func (sc schema) normalize(params map[string]string, arrays map[string][]item) {
+	for name, a := range arrays {
+		if spec, ok := sc[name]; ok && spec.typ == tString && strings.HasSuffix(spec.format, "-list") {
+			vs := make([]string, len(a))
+			for i, it := range a {
+				vs[i] = it.v
+			}
+			params[name] = strings.Join(vs, ",")
+			delete(arrays, name)
+		}
+	}
+	for name, v := range params {
+		if spec, ok := sc[name]; ok && spec.typ == tArray && v != "" && v != "0" {
+			arrays[name] = []item{{v: v}}
+			delete(params, name)
+		}
+	}
+}
+
+func (sc schema) validate(params map[string]string, arrays map[string][]item) map[string]string {
 	errs := map[string]string{}
 	for name, spec := range sc {
+		if a, ok := arrays[name]; ok {
+			if spec.typ != tArray {
+				errs[name] = fmt.Sprintf("type check ('%s') failed - got ARRAY", spec.typ)
+				continue
+			}
+			for i, it := range a {
+				if msg := checkItem(*spec.items, it); msg != "" {
+					errs[fmt.Sprintf("%s[%d]", name, i)] = msg
+				}
+			}
+			continue
+		}
 		v, ok := params[name]
 		if !ok {
 			if !spec.optional {
@@ -65,16 +132,43 @@ func (sc schema) validate(params map[string]string) map[string]string {
 			}
 			continue
 		}
+		if spec.typ == tArray {
+			errs[name] = "type check ('array') failed"
+			continue
+		}
 		if msg := checkProp(name, spec, v); msg != "" {
 			errs[name] = msg
 		}
 	}
-	for name := range params {
-		if _, ok := sc[name]; !ok {
-			errs[name] = "property is not defined in schema and the schema does not allow additional properties"
+	for _, m := range []map[string]bool{keySet(params), keySet(arrays)} {
+		for name := range m {
+			if _, ok := sc[name]; !ok {
+				errs[name] = "property is not defined in schema and the schema does not allow additional properties"
+			}
 		}
 	}
 	return errs
+}
+
+// checkItem is check_prop of one array element (items are never optional).
+func checkItem(spec pspec, it item) string {
+	switch {
+	case it.undef:
+		return "property is missing and it is not optional"
+	case it.ref == "JSON::PP::Boolean" && spec.typ == tBoolean:
+		return ""
+	case it.ref != "":
+		return fmt.Sprintf("type check ('%s') failed - got %s", spec.typ, it.ref)
+	}
+	return checkProp("", spec, it.v)
+}
+
+func keySet[V any](m map[string]V) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k := range m {
+		out[k] = true
+	}
+	return out
 }
 
 var (

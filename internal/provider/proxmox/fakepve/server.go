@@ -56,11 +56,12 @@ type knobs struct {
 	lockWaitPolls int
 	agentBoot     int
 	statsInterval int
+	execPolls     int
 }
 
 func defaultKnobs() knobs {
 	return knobs{taskPolls: map[string]int{}, taskOutcome: map[string]TaskOutcome{},
-		lockWaitPolls: 10}
+		lockWaitPolls: 10, execPolls: 1}
 }
 
 // Option configures New.
@@ -291,6 +292,7 @@ type call struct {
 	s     *Server
 	req   *request
 	p     map[string]string // URI parameters and request parameters
+	lists map[string][]item // array parameters (repeated keys, JSON arrays)
 	node  string            // the node the call runs on (its path's, or the entry node)
 	fault *Fault
 	total *int
@@ -375,12 +377,19 @@ func (s *Server) handle(req *request) (any, *int, *Error) {
 	if rt == nil {
 		return nil, nil, notImplemented(req.method, req.rel)
 	}
-	c := &call{s: s, req: req, p: map[string]string{}, node: s.nodes[0], fault: f}
+	c := &call{s: s, req: req, p: map[string]string{}, lists: map[string][]item{}, node: s.nodes[0], fault: f}
 	for k, v := range req.params {
 		if uv, ok := vars[k]; ok && uv != v {
 			return nil, nil, ParamErrors(map[string]string{k: "duplicate parameter (already defined in URI) with conflicting values!"})
 		}
 		c.p[k] = v
+	}
+	for k, v := range req.arrays {
+		if _, ok := vars[k]; ok {
+			// An array never equals the URI's string.
+			return nil, nil, ParamErrors(map[string]string{k: "duplicate parameter (already defined in URI) with conflicting values!"})
+		}
+		c.lists[k] = v
 	}
 	for k, v := range vars {
 		c.p[k] = v
@@ -403,7 +412,8 @@ func (s *Server) handle(req *request) (any, *int, *Error) {
 		}
 		c.node = n
 	}
-	if errs := rt.params.validate(c.p); len(errs) > 0 {
+	rt.params.normalize(c.p, c.lists)
+	if errs := rt.params.validate(c.p, c.lists); len(errs) > 0 {
 		return nil, nil, ParamErrors(errs)
 	}
 	data, err := rt.handle(c)

@@ -270,6 +270,11 @@ func (s *Server) Advance(steps int) {
 				if v.agentWait > 0 {
 					v.agentWait--
 				}
+				for _, p := range v.procs {
+					if !p.ended {
+						s.tick(p)
+					}
+				}
 			}
 		}
 		if n := s.knobs.statsInterval; n > 0 && s.step%int64(n) == 0 {

@@ -188,6 +188,7 @@ type request struct {
 	rel    string // the path below /api2/json, e.g. /nodes/pve1/qemu/101/config
 	query  url.Values
 	params map[string]string // body and query, query winning, as extract_params merges them
+	arrays map[string][]item // the same for array values: repeated keys, JSON arrays
 	keys   []string          // form keys for the log, sorted
 	upload *upload
 	authID string // user@realm!tokenid
@@ -250,10 +251,8 @@ func (s *Server) answer(r *http.Request, body []byte, chunked bool) (resp respon
 		if perr != nil {
 			return errorResponse(serverError(http.StatusNotImplemented, "upload failed\n")), false
 		}
-		for k, v := range r.URL.Query() {
-			params[k] = v[len(v)-1]
-		}
-		req.params, req.upload = params, up
+		req.params, req.arrays, req.upload = params, map[string][]item{}, up
+		mergeQuery(req, r.URL.Query())
 		entry.Upload = &UploadInfo{Filename: up.filename, Size: len(up.data)}
 	} else {
 		if len(body) > 0 && r.Method != http.MethodPost && r.Method != http.MethodPut {
@@ -262,17 +261,19 @@ func (s *Server) answer(r *http.Request, body []byte, chunked bool) (resp respon
 		if len(body) > maxPost {
 			return errorResponse(serverError(http.StatusNotImplemented, "for data too large")), false
 		}
-		params, perr := parseBody(r.Header.Get("Content-Type"), body)
+		params, arrays, perr := parseBody(r.Header.Get("Content-Type"), body)
 		if perr != nil {
 			return errorResponse(perr), false
 		}
-		for k, v := range r.URL.Query() {
-			params[k] = v[len(v)-1]
-		}
-		req.params = params
+		req.params, req.arrays = params, arrays
+		mergeQuery(req, r.URL.Query())
 	}
 	delete(req.params, "_dc")
+	delete(req.arrays, "_dc")
 	for k := range req.params {
+		req.keys = append(req.keys, k)
+	}
+	for k := range req.arrays {
 		req.keys = append(req.keys, k)
 	}
 	sort.Strings(req.keys)
@@ -327,27 +328,29 @@ func isUploadRel(rel string) bool {
 	return len(p) == 5 && p[0] == "nodes" && p[2] == "storage" && p[4] == "upload"
 }
 
-// parseBody decodes a form or JSON body as extract_params does. Any other
-// content type is pve-http-server's 506.
-func parseBody(ctype string, body []byte) (map[string]string, *Error) {
-	params := map[string]string{}
+// parseBody decodes a form or JSON body as extract_params does: a key
+// repeated in a form, or a JSON array, is an array (decode_urlencoded
+// since pve-http-server "use proper arrays for array parameter"). Any
+// other content type is pve-http-server's 506.
+func parseBody(ctype string, body []byte) (map[string]string, map[string][]item, *Error) {
+	params, arrays := map[string]string{}, map[string][]item{}
 	if len(body) == 0 {
-		return params, nil
+		return params, arrays, nil
 	}
 	ct, _, _ := mime.ParseMediaType(ctype)
 	switch ct {
 	case "", "application/x-www-form-urlencoded":
 		vals, err := url.ParseQuery(string(body))
 		if err != nil {
-			return nil, serverError(http.StatusBadRequest, "Bad Request")
+			return nil, nil, serverError(http.StatusBadRequest, "Bad Request")
 		}
 		for k, v := range vals {
-			params[k] = strings.Join(v, "\x00") // CGI.pm style, as decode_urlencoded joins repeats
+			setValues(params, arrays, k, v)
 		}
 	case "application/json":
 		var m map[string]any
 		if err := json.Unmarshal(body, &m); err != nil {
-			return nil, die("malformed JSON string, at character offset 0 (before \"%s\")\n", truncate(string(body), 20))
+			return nil, nil, die("malformed JSON string, at character offset 0 (before \"%s\")\n", truncate(string(body), 20))
 		}
 		for k, v := range m {
 			switch x := v.(type) {
@@ -358,15 +361,58 @@ func parseBody(ctype string, body []byte) (map[string]string, *Error) {
 			case float64:
 				params[k] = strconv.FormatFloat(x, 'f', -1, 64)
 			case nil:
+			case []any:
+				a := make([]item, len(x))
+				for i, el := range x {
+					a[i] = jsonItem(el)
+				}
+				arrays[k] = a
 			default:
 				b, _ := json.Marshal(x)
 				params[k] = string(b)
 			}
 		}
 	default:
-		return nil, serverError(506, fmt.Sprintf("upload 'Content-Type '%s' not implemented", ctype))
+		return nil, nil, serverError(506, fmt.Sprintf("upload 'Content-Type '%s' not implemented", ctype))
 	}
-	return params, nil
+	return params, arrays, nil
+}
+
+// setValues stores key k's values as decode_urlencoded leaves them: one
+// a scalar, more an array.
+func setValues(params map[string]string, arrays map[string][]item, k string, v []string) {
+	delete(params, k)
+	delete(arrays, k)
+	if len(v) == 1 {
+		params[k] = v[0]
+	} else {
+		arrays[k] = items(v)
+	}
+}
+
+// mergeQuery adds the query's parameters, which win over the body's
+// (extract_params).
+func mergeQuery(req *request, q url.Values) {
+	for k, v := range q {
+		setValues(req.params, req.arrays, k, v)
+	}
+}
+
+// jsonItem is one element of a JSON array as decode_json gives it to Perl.
+func jsonItem(el any) item {
+	switch x := el.(type) {
+	case string:
+		return item{v: x}
+	case float64:
+		return item{v: strconv.FormatFloat(x, 'f', -1, 64)}
+	case bool:
+		return item{ref: "JSON::PP::Boolean"}
+	case []any:
+		return item{ref: "ARRAY"}
+	case map[string]any:
+		return item{ref: "HASH"}
+	}
+	return item{undef: true}
 }
 
 func truncate(s string, n int) string {
