@@ -3,6 +3,7 @@ package provider_test
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -236,6 +237,11 @@ func (r *reached) UpdateUsers(context.Context, string, provider.Sensitive) error
 	return nil
 }
 
+func (r *reached) UpdateGroupPeers(context.Context, string, netip.Addr, []netip.Addr) error {
+	r.calls = append(r.calls, provider.OpUpdateGroupPeers)
+	return nil
+}
+
 // TestBoundaryEndsACallWhoseCtxHasEnded (issue 20): a lifecycle or owner
 // call whose ctx has already ended ends at the boundary, as every provider
 // ended it first thing: a Transient *provider.Error naming the configured
@@ -276,6 +282,9 @@ func TestBoundaryEndsACallWhoseCtxHasEnded(t *testing.T) {
 			{provider.OpListOwnedInstances, func() error { _, err := b.Owned.ListOwnedInstances(ctx, "u1"); return err }},
 			{provider.OpListOwnedSecondaries, func() error { _, err := b.Owned.ListOwnedSecondaries(ctx, "u1"); return err }},
 			{provider.OpUpdateUsers, func() error { return b.Users.UpdateUsers(ctx, "vm/x", provider.Sensitive("alice:$2y$\n")) }},
+			{provider.OpUpdateGroupPeers, func() error {
+				return b.Peers.UpdateGroupPeers(ctx, "vm/x", netip.MustParseAddr("192.0.2.10"), nil)
+			}},
 		} {
 			err := c.call()
 			var pe *provider.Error
