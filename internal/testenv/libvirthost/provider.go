@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/netip"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
@@ -45,11 +46,14 @@ func (h *Host) ProviderConfig(socket, imageURL string, g Guest) json.RawMessage 
 }
 
 // FullProvider is what the libvirt provider is: a Provider, a Checker, a
-// SecondaryLister and an io.Closer.
+// SecondaryLister, a GroupPeersUpdater and an io.Closer. A wrapper that
+// dropped one would change what the registry makes of the entry (without
+// the GroupPeersUpdater a group's members are replaced for new peers).
 type FullProvider interface {
 	provider.Provider
 	provider.Checker
 	provider.SecondaryLister
+	provider.GroupPeersUpdater
 	io.Closer
 }
 
@@ -107,6 +111,10 @@ func (o *observed) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 
 func (o *observed) DeleteSecondary(ctx context.Context, id string) error {
 	return o.inner.DeleteSecondary(ctx, id)
+}
+
+func (o *observed) UpdateGroupPeers(ctx context.Context, id string, self netip.Addr, peers []netip.Addr) error {
+	return o.inner.UpdateGroupPeers(ctx, id, self, peers)
 }
 
 func (o *observed) Close() error { return o.inner.Close() }

@@ -105,7 +105,7 @@ func (c *Calls) Types(t *testing.T, base map[string]registry.Type) map[string]re
 			}
 			full, ok := p.(libvirthost.FullProvider)
 			if !ok {
-				return nil, fmt.Errorf("type %s built a %T, which is not a Checker, SecondaryLister and io.Closer", typ, p)
+				return nil, fmt.Errorf("type %s built a %T, which is not a libvirthost.FullProvider (Checker, SecondaryLister, GroupPeersUpdater, io.Closer)", typ, p)
 			}
 			return libvirthost.Observe(full, libvirthost.Hooks{
 				Create: func(req provider.CreateRequest, _ provider.Instance, err error) {
