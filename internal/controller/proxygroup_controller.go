@@ -154,6 +154,12 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 	}
 	holder := ""
+	// The holder's Event is recorded once the status that names the new
+	// holder is written: a pass on a stale copy of the group (the cache
+	// behind its own last write) sees the old holder, and its write
+	// conflicts; had it recorded the Event first, one move would be told
+	// twice.
+	var holderMoved func()
 	switch {
 	case addressing.pooled:
 		// The members hold the group's address among themselves (VRRP):
@@ -162,14 +168,16 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if holder != g.Status.Holder && holder != "" {
 			// Between two holders VRRP may leave a moment with none
 			// reported: each new holder is said.
-			r.event(g, "HolderMoved", "the group's address %s is held by member %s (before: %s)", g.Status.Address, holder, orNone(g.Status.Holder))
+			msg := fmt.Sprintf("the group's address %s is held by member %s (before: %s)", g.Status.Address, holder, orNone(g.Status.Holder))
+			holderMoved = func() { r.event(g, "HolderMoved", "%s", msg) }
 		}
 	case addressing.front == "":
 		// A front reaches every ready member: no holder then. Otherwise
 		// the operator picks one.
 		holder = pickHolder(members, int(g.Spec.Members), g.Status.Holder)
 		if holder != g.Status.Holder && g.Status.Holder != "" {
-			r.event(g, "HolderMoved", "the endpoint moved from member %s to %s", g.Status.Holder, orNone(holder))
+			msg := fmt.Sprintf("the endpoint moved from member %s to %s", g.Status.Holder, orNone(holder))
+			holderMoved = func() { r.event(g, "HolderMoved", "%s", msg) }
 		}
 	}
 	kept, move, refused := r.dueGroupEgressMove(g, members, holder)
@@ -207,6 +215,9 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	// holds it, and nothing would move it back.
 	if err := writeStatus(move != nil); err != nil {
 		return ctrl.Result{}, err
+	}
+	if holderMoved != nil {
+		holderMoved()
 	}
 	if move == nil {
 		if frontErr != nil {

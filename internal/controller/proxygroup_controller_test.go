@@ -510,6 +510,7 @@ func TestProxyGroupOnAPool(t *testing.T) {
 	if err := env.Client.Create(ctx, g); err != nil {
 		t.Fatal(err)
 	}
+	stale := g.DeepCopy() // as created: no status, an old resourceVersion
 	g = waitGroup(t, ns, "vip", "both members ready on the group's address", func(g *egressv1.ProxyGroup) error {
 		if err := allReady(2)(g); err != nil {
 			return err
@@ -607,6 +608,17 @@ func TestProxyGroupOnAPool(t *testing.T) {
 	hold("vip-0", &no)
 	hold("vip-1", &yes)
 	heldBy("vip-1")
+	// A pass on a stale copy of the group (the cache behind its own last
+	// write: no holder yet) tells no move: its status write conflicts.
+	staleEvs := &groupEvents{}
+	sr := &ProxyGroupReconciler{Client: staleGroupClient{Client: env.Client, stale: stale}, APIReader: env.Client,
+		Providers: &staticProviders{entries: map[string]*registry.Entry{entry.Name: entry}}, Recorder: staleEvs}
+	if _, err := sr.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(g)}); !apierrors.IsConflict(err) {
+		t.Errorf("a pass on a stale copy of the group: %v, want a conflict", err)
+	}
+	if got := staleEvs.with("HolderMoved"); len(got) > 0 {
+		t.Errorf("a pass on a stale copy of the group told %v", got)
+	}
 	hold("vip-1", &no)
 	hold("vip-0", &yes)
 	heldBy("vip-0")
