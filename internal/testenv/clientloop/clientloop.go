@@ -20,7 +20,9 @@ import (
 // Answer is one ask.
 type Answer struct {
 	At time.Time
-	// OK: a 200 arrived; Body is its body, trimmed.
+	// OK: a 200 arrived whole; Body is its body, trimmed. A 200 whose
+	// body broke off (a connection cut in a failover, the client's
+	// timeout while reading) is not OK: it was not answered.
 	OK   bool
 	Body string
 }
@@ -52,9 +54,9 @@ func Start(t testing.TB, c *http.Client, target string, every time.Duration) *Lo
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 			if err == nil {
 				if resp, err := c.Do(req); err == nil {
-					body, _ := io.ReadAll(resp.Body)
+					body, err := io.ReadAll(resp.Body)
 					_ = resp.Body.Close()
-					a.OK, a.Body = resp.StatusCode == http.StatusOK, strings.TrimSpace(string(body))
+					a.OK, a.Body = resp.StatusCode == http.StatusOK && err == nil, strings.TrimSpace(string(body))
 				}
 			}
 			l.mu.Lock()
