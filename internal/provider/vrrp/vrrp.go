@@ -8,7 +8,8 @@
 //     (and every cloud-like L2) drop multicast, and the members' addresses
 //     are pool addresses that outlive their instances (the egress-identity
 //     design), so a replaced member keeps its place in its peers' lists and
-//     nobody needs telling;
+//     nobody needs telling; a change of members is told to the others in
+//     place (PeersPath, ApplyPeers);
 //   - every member starts BACKUP with nopreempt: the first to come up takes
 //     the address and keeps it while it serves; a member that comes back
 //     does not take it back (a move is a gap for clients, so there is one
