@@ -73,7 +73,7 @@ func TestUserData_GroupMember(t *testing.T) {
 	}
 	for _, want := range []string{
 		"interface eth0\n", "    include " + vrrp.PeersPath + "\n",
-		"        192.0.2.100/24 dev eth0\n", "priority 253\n",
+		"        192.0.2.100/24 dev eth0\n", "priority 224\n",
 		"virtual_router_id " + strconv.Itoa(int(vrrp.RouterID("0d5c3f7e-uid"))) + "\n",
 	} {
 		if !strings.Contains(conf, want) {

@@ -18,9 +18,10 @@
 //     under .invalid, which the generated Squid answers itself): a member
 //     whose Squid does not answer goes to FAULT and gives the address up;
 //   - adverts every second: a holder that dies is replaced after VRRP's
-//     Master_Down_Interval (3 adverts and a skew of about 0.01 s: about
-//     3 s after its last advert), one whose Squid stops after two failed
-//     checks (about 2 s), then at once.
+//     Master_Down_Interval (3 adverts and a skew under 0.9 s: about 3 s
+//     after its last advert) by the survivor of highest priority, whose
+//     skew is shortest by PriorityStep's margin; one whose Squid stops
+//     after two failed checks (about 2 s), then at once.
 //
 // Nothing here authenticates adverts: VRRP's only authentication (a
 // clear-text password, removed in version 3) proves nothing. The members
@@ -92,14 +93,28 @@ func RouterID(group string) uint8 {
 	return uint8(h.Sum32()%255) + 1
 }
 
+// PriorityStep separates adjacent members' priorities. When the holder
+// dies every BACKUP waits 3 adverts plus a skew of (256-priority)/256 s;
+// one step apart the skews differ by 4 ms, less than a loaded host's
+// scheduling jitter, so two survivors could both take the address and the
+// higher then take it back: two moves for one failure. Thirty apart they
+// differ by 117 ms: the preferred survivor's first advert reaches the
+// others before their timers run out. Eight members (ProxyGroup's
+// maximum) span 254 to 44.
+const PriorityStep = 30
+
+// maxIndexed is how many members get a spaced priority.
+const maxIndexed = (254 - 1) / PriorityStep
+
 // Priority is member index's priority: the lowest index is preferred
-// when members come up together (254, 253, ...; never 255, the address
-// owner's, which would make one member always take it back).
+// when members come up together or survive a holder together (254, 224,
+// ...; never 255, the address owner's, which would make one member always
+// take it back).
 func Priority(index int) uint8 {
-	if index < 0 || index > 200 {
-		return 50
+	if index < 0 || index > maxIndexed {
+		return 1
 	}
-	return uint8(254 - index)
+	return uint8(254 - PriorityStep*index)
 }
 
 // Validate says what makes m unusable, naming the field.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func member() Member {
@@ -230,8 +231,19 @@ func TestRouterIDAndPriority(t *testing.T) {
 	if len(seen) < 4 {
 		t.Errorf("5 groups drew only %d router IDs", len(seen))
 	}
-	if Priority(0) <= Priority(1) || Priority(0) == 255 || Priority(-1) == 0 || Priority(1000) == 0 {
-		t.Errorf("priorities: %d %d %d %d", Priority(0), Priority(1), Priority(-1), Priority(1000))
+	if Priority(0) != 254 || Priority(-1) == 0 || Priority(1000) == 0 {
+		t.Errorf("priorities: %d %d %d", Priority(0), Priority(-1), Priority(1000))
+	}
+	// Every member of the largest group (8) takes over at least 100 ms
+	// before the next: VRRP's skew is (256-priority)/256 s.
+	skew := func(i int) time.Duration { return time.Duration(256-int(Priority(i))) * time.Second / 256 }
+	for i := 0; i < 7; i++ {
+		if d := skew(i+1) - skew(i); d < 100*time.Millisecond {
+			t.Errorf("members %d and %d (priorities %d, %d): skews %s apart, want 100ms or more", i, i+1, Priority(i), Priority(i+1), d)
+		}
+	}
+	if Priority(7) < 1 || Priority(7) > 254 {
+		t.Errorf("member 7's priority %d is outside 1-254", Priority(7))
 	}
 }
 
