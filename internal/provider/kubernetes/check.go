@@ -30,7 +30,9 @@ var (
 	neededVerbs     = []string{"get", "list", "create", "patch", "delete"}
 	neededResources = []groupResource{{"", "pods"}, {"", "services"}, {"", "configmaps"}, {"", "secrets"},
 		{"networking.k8s.io", "networkpolicies"}, {"policy", "poddisruptionbudgets"}}
-	watchedResources = []groupResource{{"", "pods"}}
+	// The cache's informers (cache.go) list and watch these.
+	watchedResources = []groupResource{{"", "pods"}, {"", "services"}, {"", "configmaps"}, {"", "secrets"},
+		{"networking.k8s.io", "networkpolicies"}}
 )
 
 // neededPermissions is every verb on every resource the provider uses.

@@ -17,11 +17,12 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid"
 )
 
-// Create makes the instance's ConfigMap, users' Secret (with clientAuth),
-// NetworkPolicy, Pod and Service and returns as soon
-// as the API server accepted them (the Pod reads Provisioning until the
-// kubelet reports it Ready), or adopts the Pod already under req.Name when
-// it is ours, making whichever of the ConfigMap and Service is missing.
+// Create makes the instance's Pod, NetworkPolicy, ConfigMap, users'
+// Secret (with clientAuth or an echo) and Service, four or five requests
+// and no read, and returns as soon as the API server accepted them (the
+// Pod reads Provisioning until the kubelet reports it Ready), or adopts
+// the Pod already under req.Name when it is ours, making whichever of the
+// other objects is missing.
 // CloudInit is ignored: the Pod runs Squid from the image with a generated
 // config, and no image here runs cloud-init.
 func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Instance, error) {
@@ -53,55 +54,46 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.Cre
 		"region", req.Placement.Region, "machineType", req.Placement.MachineType,
 		"cpu", s.size.CPU, "memory", s.size.Memory, "ownerReference", s.namespace == req.Namespace)
 
-	// The Pod decides adoption: it is the instance, the other two objects
-	// follow it. Reading it first means a refused name touches nothing.
+	// The Pod decides adoption: it is the instance, the other objects
+	// follow it. One the cache shows is ours already (a retry, a Create
+	// after a crash); otherwise its POST is the question, so a new
+	// instance costs no read: AlreadyExists says somebody's Pod has the
+	// name, read live and judged. A refused name touches nothing.
 	pods := c.CoreV1().Pods(s.namespace)
-	existing, err := pods.Get(ctx, s.name, metav1.GetOptions{})
-	switch {
-	case err == nil:
-		if err := p.adoptable(existing.Labels, req.UID, "pod", s); err != nil {
-			return provider.Instance{}, "", err
+	podKey := objectKey{"pod", s.namespace, s.name}
+	existing, found, _ := p.cache.pod(s.namespace, s.name)
+	if !found {
+		p.cache.own.creating(podKey, req.UID)
+		pod, err := pods.Create(ctx, p.buildPod(s), metav1.CreateOptions{})
+		p.cache.own.created(podKey, err)
+		switch {
+		case err == nil:
+			if err := p.ensureSecondary(ctx, c, s); err != nil {
+				return provider.Instance{}, "", err
+			}
+			return instanceOf(pod), "created", nil
+		case !apierrors.IsAlreadyExists(err):
+			return provider.Instance{}, "", classify(err, "creating pod "+instanceID(s.namespace, s.name))
 		}
-		pod, err := fillUIDMark(ctx, p, "pod", s, existing, pods.Patch)
-		if err != nil {
-			return provider.Instance{}, "", err
+		if existing, err = pods.Get(ctx, s.name, metav1.GetOptions{}); err != nil {
+			return provider.Instance{}, "", classify(err, "reading pod "+instanceID(s.namespace, s.name))
 		}
-		if pod, err = fillGroupLabel(ctx, p, s, pod, pods.Patch); err != nil {
-			return provider.Instance{}, "", err
-		}
-		if err := p.ensureSecondary(ctx, c, s); err != nil {
-			return provider.Instance{}, "", err
-		}
-		return instanceOf(pod), "adopted", nil
-	case !apierrors.IsNotFound(err):
-		return provider.Instance{}, "", classify(err, "reading pod "+instanceID(s.namespace, s.name))
 	}
-
-	// The Pod's three objects first: the ConfigMap, so the Pod finds its
-	// config when it is scheduled; the NetworkPolicy, so the Pod is never
-	// unfenced; the Service, which needs nothing of the Pod.
+	if err := p.adoptable(existing.Labels, req.UID, "pod", s); err != nil {
+		p.cache.own.settle(podKey) // somebody else's: the cache never sees it
+		return provider.Instance{}, "", err
+	}
+	pod, err := fillUIDMark(ctx, p, "pod", s, existing, pods.Patch)
+	if err != nil {
+		return provider.Instance{}, "", err
+	}
+	if pod, err = fillGroupLabel(ctx, p, s, pod, pods.Patch); err != nil {
+		return provider.Instance{}, "", err
+	}
 	if err := p.ensureSecondary(ctx, c, s); err != nil {
 		return provider.Instance{}, "", err
 	}
-	pod, err := pods.Create(ctx, p.buildPod(s), metav1.CreateOptions{})
-	how := "created"
-	if apierrors.IsAlreadyExists(err) {
-		// Another Create won the race: adopt its Pod like any other.
-		pod, err = pods.Get(ctx, s.name, metav1.GetOptions{})
-		if err == nil {
-			if err = p.adoptable(pod.Labels, req.UID, "pod", s); err == nil {
-				pod, err = fillUIDMark(ctx, p, "pod", s, pod, pods.Patch)
-			}
-			if err == nil {
-				pod, err = fillGroupLabel(ctx, p, s, pod, pods.Patch)
-			}
-		}
-		how = "adopted"
-	}
-	if err != nil {
-		return provider.Instance{}, "", classify(err, "creating pod "+instanceID(s.namespace, s.name))
-	}
-	return instanceOf(pod), how, nil
+	return instanceOf(pod), "adopted", nil
 }
 
 // adoptable applies the contract's adoption rule to an existing object of
@@ -115,14 +107,18 @@ func (p *Provider) adoptable(labels map[string]string, uid, kind string, s spec)
 		kind, instanceID(s.namespace, s.name), provider.AdoptionError(v, s.name))
 }
 
-// ensureSecondary makes the ConfigMap, users' Secret (with clientAuth),
-// NetworkPolicy and Service of a
-// Pod (of an adopted one too, when a crash or a human removed them). They
-// need nothing of each other, so they are made at once: one round trip to
-// the API server for a Proxy's apply-to-Ready instead of three in turn. Of
-// several failures, the first in that order is returned.
+// ensureSecondary makes the NetworkPolicy, then the ConfigMap, users'
+// Secret (with clientAuth or an echo) and Service of a Pod (of an adopted
+// one too, when a crash or a human removed them). The policy goes first:
+// the Pod's container cannot start before its ConfigMap (and Secret)
+// exist, so a Pod is never serving unfenced. The other three need nothing
+// of each other and are made at once. Of several failures, the first in
+// that order is returned.
 func (p *Provider) ensureSecondary(ctx context.Context, c clientset.Interface, s spec) error {
-	steps := [...]func(context.Context, clientset.Interface, spec) error{p.ensureConfigMap, p.ensureSecret, p.ensureNetworkPolicy, p.ensureService}
+	if err := p.ensureNetworkPolicy(ctx, c, s); err != nil {
+		return err
+	}
+	steps := [...]func(context.Context, clientset.Interface, spec) error{p.ensureConfigMap, p.ensureSecret, p.ensureService}
 	var errs [len(steps)]error
 	var wg sync.WaitGroup
 	for i, step := range steps {
@@ -169,7 +165,10 @@ func (p *Provider) ensureService(ctx context.Context, c clientset.Interface, s s
 func ensure[T metav1.Object](ctx context.Context, p *Provider, s spec, kind string,
 	create func() error, get func() (T, error), patch patchFunc[T]) error {
 	what := kind + " " + instanceID(s.namespace, s.name)
+	key := objectKey{kind, s.namespace, s.name}
+	p.cache.own.creating(key, s.req.UID)
 	err := create()
+	p.cache.own.created(key, err)
 	if err == nil {
 		return nil
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	clientset "k8s.io/client-go/kubernetes"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
@@ -41,16 +39,17 @@ func (p *Provider) delete(ctx context.Context, id string) ([]string, error) {
 }
 
 // deleteNamed deletes the object of each kind named namespace/name that
-// mine admits by its labels, and returns the kinds it deleted. The UID
-// precondition deletes exactly what was read: an object recreated under
-// the name meanwhile is left for its owner; one gone already, or not
-// admitted, is skipped.
+// mine admits by its labels, and returns the kinds it deleted. The objects
+// are read from the cache when it can say (cache.go): a deletion is then
+// its DELETE alone. The UID precondition deletes exactly what was read: an
+// object recreated under the name meanwhile is left for its owner; one
+// gone already, going already, or not admitted, is skipped.
 func (p *Provider) deleteNamed(ctx context.Context, c clientset.Interface, kinds []objectKind, namespace, name string,
 	mine func(labels map[string]string) bool) ([]string, error) {
 	var deleted []string
 	for _, k := range kinds {
 		what := k.kind + " " + instanceID(namespace, name)
-		obj, err := k.get(ctx, c, namespace, name)
+		obj, err := p.readObject(ctx, c, k, namespace, name)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -61,15 +60,15 @@ func (p *Provider) deleteNamed(ctx context.Context, c clientset.Interface, kinds
 			p.logger(ctx).V(2).Info("not ours, left alone", "object", what)
 			continue
 		}
-		uid := types.UID(obj.GetUID())
-		err = k.del(ctx, c, namespace, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		switch {
-		case err == nil:
+		if obj.GetDeletionTimestamp() != nil || p.cache.own.isDeleting(obj.GetUID()) {
+			continue // going already: a Pod that terminates, or one this provider deleted
+		}
+		outcome, err := p.deleteObject(ctx, c, k, obj)
+		if err != nil {
+			return deleted, err
+		}
+		if outcome == "deleted" {
 			deleted = append(deleted, k.kind)
-		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-			// Gone already, or replaced by someone else's.
-		default:
-			return deleted, classify(err, "deleting "+what)
 		}
 	}
 	return deleted, nil

@@ -109,10 +109,10 @@ func (p *Provider) forgetEgress(id string) {
 	}
 }
 
-// Close ends the instance watch, every observation and its ask in flight.
-// The provider asks nothing after it.
+// Close ends the cache (and with it the instance watch), every
+// observation and its ask in flight. The provider asks nothing after it.
 func (p *Provider) Close() error {
-	p.stopWatch()
+	p.stopCache()
 	p.echoes.mu.Lock()
 	p.echoes.closed = true
 	all := p.echoes.byID

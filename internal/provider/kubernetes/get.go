@@ -3,12 +3,15 @@ package kubernetes
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientset "k8s.io/client-go/kubernetes"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
 
-// Get reads the instance's Pod: Provisioning until it is Running, Ready and
+// Get reads the instance's Pod (from the cache, cache.go): Provisioning until it is Running, Ready and
 // has an IP, Terminated once it ended or is being deleted (never Running
 // then). A running Pod's Egress is what the entry's echo last answered
 // through it (echo.go). A Pod that is gone, or that lost our mark, is NotFound.
@@ -25,9 +28,9 @@ func (p *Provider) get(ctx context.Context, id string) (provider.Instance, error
 	if err != nil {
 		return provider.Instance{}, err
 	}
-	pod, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	pod, err := p.readPod(ctx, c, ns, name)
 	if err != nil {
-		return provider.Instance{}, classify(err, "reading pod "+id)
+		return provider.Instance{}, err
 	}
 	if !p.ours(pod.Labels) {
 		return provider.Instance{}, provider.Errorf(provider.ErrNotFound, "pod %s is not this installation's", id)
@@ -39,4 +42,25 @@ func (p *Provider) get(ctx context.Context, id string) (provider.Instance, error
 		inst.Egress = p.observeEgress(pod)
 	}
 	return inst, nil
+}
+
+// readPod is the Pod at namespace/name, from the cache when it can say,
+// else from the API server; absent is NotFound.
+func (p *Provider) readPod(ctx context.Context, c clientset.Interface, namespace, name string) (*corev1.Pod, error) {
+	id := instanceID(namespace, name)
+	pod, found, known := p.cache.pod(namespace, name)
+	switch {
+	case found:
+		return pod, nil
+	case known:
+		return nil, provider.Errorf(provider.ErrNotFound, "pod %s is gone", id)
+	}
+	pod, err := c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		p.cache.own.settle(objectKey{"pod", namespace, name})
+	}
+	if err != nil {
+		return nil, classify(err, "reading pod "+id)
+	}
+	return pod, nil
 }

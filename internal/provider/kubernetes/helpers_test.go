@@ -214,8 +214,8 @@ func opOfRequest(req *http.Request) string {
 		return provider.OpCreate
 	case req.Method == http.MethodDelete:
 		return provider.OpDelete
-	case req.Method != http.MethodGet:
-		return ""
+	case req.Method != http.MethodGet, req.URL.Query().Get("watch") == "true":
+		return "" // the cache's watches are no call of an operation
 	}
 	segs := strings.Split(strings.Trim(path, "/"), "/")
 	// api/v1/pods, api/v1/namespaces/{ns}/pods[/{name}]

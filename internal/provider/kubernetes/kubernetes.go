@@ -31,6 +31,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -66,7 +67,7 @@ const (
 // Provider runs instances as Pods. It implements provider.Provider,
 // provider.Checker, provider.SecondaryLister, provider.InstanceWatcher (a
 // watch of its Pods), provider.GroupFronter (a group's Service and
-// PodDisruptionBudget) and io.Closer (the watch, the echo's observations).
+// PodDisruptionBudget) and io.Closer (the cache, the echo's observations).
 type Provider struct {
 	name string
 	opts provider.Options
@@ -87,11 +88,14 @@ type Provider struct {
 	// echoes observe the running Pods' egress address when the entry
 	// names an egressIPEcho (echo.go).
 	echoes echoes
-	// pods is the instance watch (watch.go).
-	pods podWatch
+	// cache holds this installation's objects and is the instance watch
+	// (cache.go).
+	cache objectCache
 
 	mu     sync.Mutex
 	client clientset.Interface
+	// metaClient reads the secondary kinds' metadata for the cache.
+	metaClient metadata.Interface
 	// checkClient is the health check's, with a limiter of its own.
 	checkClient clientset.Interface
 	host        string
@@ -168,7 +172,11 @@ func (p *Provider) clientFor() (clientset.Interface, error) {
 	if err != nil {
 		return nil, provider.Errorf(provider.ErrPermanent, "building the health check's API client: %w", err)
 	}
-	p.client, p.checkClient, p.host = c, cc, rc.Host
+	mc, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return nil, provider.Errorf(provider.ErrPermanent, "building the metadata client: %w", err)
+	}
+	p.client, p.metaClient, p.checkClient, p.host = c, mc, cc, rc.Host
 	return c, nil
 }
 
@@ -181,7 +189,10 @@ func (p *Provider) begin(ctx context.Context, op string) (clientset.Interface, e
 	}
 	c, err := p.clientFor()
 	if err == nil {
-		p.startWatch(c)
+		p.mu.Lock()
+		mc := p.metaClient
+		p.mu.Unlock()
+		p.startCache(c, mc)
 	}
 	if err != nil || op != provider.OpCheck {
 		return c, err

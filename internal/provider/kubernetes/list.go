@@ -49,8 +49,9 @@ func (p *Provider) ownerSelector(uid string) (string, error) {
 
 // ListOwnedInstances is ListByTag for the Pods whose UID mark is uid: the
 // selector does it on the API server, so a Proxy's deletion pass reads its
-// own Pod, not the fleet's (provider.OwnerLister). The read is a plain
-// LIST, which the API server answers as of now.
+// own Pod, not the fleet's (provider.OwnerLister). The cache answers
+// unless it has not seen a Pod the provider made for uid (cache.go); then
+// a plain LIST does, which the API server answers as of now.
 func (p *Provider) ListOwnedInstances(ctx context.Context, uid string) ([]provider.Instance, error) {
 	c, err := p.begin(ctx, provider.OpListOwnedInstances)
 	if err != nil {
@@ -60,6 +61,9 @@ func (p *Provider) ListOwnedInstances(ctx context.Context, uid string) ([]provid
 	if err != nil {
 		return nil, err
 	}
+	if pods, ok := p.cache.owned("pod", uid); ok {
+		return instancesOf(pods), nil
+	}
 	return p.listPods(ctx, c, sel)
 }
 
@@ -68,7 +72,29 @@ func (p *Provider) list(ctx context.Context) ([]provider.Instance, error) {
 	if err != nil {
 		return nil, err
 	}
+	if pods, ok := p.cache.all("pod"); ok {
+		return instancesOf(pods), nil
+	}
 	return p.listPods(ctx, c, p.selector())
+}
+
+// instancesOf is the listing of pods, sorted by ID.
+func instancesOf(pods []metav1.Object) []provider.Instance {
+	list := make([]provider.Instance, 0, len(pods))
+	for _, pod := range pods {
+		list = append(list, listed(pod))
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
+	return list
+}
+
+// listed is a Pod as a listing shows it.
+func listed(pod metav1.Object) provider.Instance {
+	return provider.Instance{
+		ID:        instanceID(pod.GetNamespace(), pod.GetName()),
+		UID:       pod.GetLabels()[provider.MarkUID],
+		CreatedAt: pod.GetCreationTimestamp().UTC(),
+	}
 }
 
 // listPods lists the Pods of ours that sel matches, in every namespace or
@@ -87,11 +113,7 @@ func (p *Provider) listPods(ctx context.Context, c clientset.Interface, sel stri
 			if !p.ours(pod.Labels) { // the selector did it; a belt for the braces
 				continue
 			}
-			list = append(list, provider.Instance{
-				ID:        instanceID(pod.Namespace, pod.Name),
-				UID:       pod.Labels[provider.MarkUID],
-				CreatedAt: pod.CreationTimestamp.UTC(),
-			})
+			list = append(list, listed(pod))
 		}
 		if page.Continue == "" {
 			break

@@ -22,7 +22,7 @@ type recordLists struct {
 func (r *recordLists) wrap(next http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		segs := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
-		if req.Method == http.MethodGet && slices.Contains([]string{"pods", "services", "configmaps", "secrets", "networkpolicies"}, segs[len(segs)-1]) {
+		if req.Method == http.MethodGet && req.URL.Query().Get("watch") != "true" && slices.Contains([]string{"pods", "services", "configmaps", "secrets", "networkpolicies"}, segs[len(segs)-1]) {
 			r.mu.Lock()
 			r.selectors = append(r.selectors, segs[len(segs)-1]+"?"+req.URL.Query().Get("labelSelector"))
 			r.mu.Unlock()
@@ -67,9 +67,29 @@ func TestOwnerListing(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Once the cache saw them, the listings read no API (cache.go); the
+	// listings below read live, as when the cache cannot say.
+	for _, id := range ids {
+		awaitSeen(t, raw, id, true)
+	}
 	lists.mu.Lock()
 	lists.selectors = nil
 	lists.mu.Unlock()
+	cachedInsts, err := ol.ListOwnedInstances(ctx, "uid-web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cachedSecs, err := ol.ListOwnedSecondaries(ctx, "uid-web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists.mu.Lock()
+	if len(lists.selectors) != 0 {
+		t.Errorf("the owner listings with the instances cached made LISTs %v, want none", lists.selectors)
+	}
+	lists.selectors = nil
+	lists.mu.Unlock()
+	raw.cache.bypass = func() bool { return true }
 	insts, err := ol.ListOwnedInstances(ctx, "uid-web")
 	if err != nil {
 		t.Fatal(err)
@@ -110,6 +130,10 @@ func TestOwnerListing(t *testing.T) {
 		if !strings.Contains(s, provider.MarkUID+"=uid-web") || !strings.Contains(s, provider.MarkInstallation+"="+installation) {
 			t.Errorf("LIST %s does not select by the owner's UID and the installation", s)
 		}
+	}
+	// The cache agrees with the API server.
+	if !slices.Equal(cachedInsts, insts) || !slices.Equal(cachedSecs, secs) {
+		t.Errorf("the cached owner listings %+v, %+v differ from the live ones %+v, %+v", cachedInsts, cachedSecs, insts, secs)
 	}
 	// The fleet listing agrees on the Proxy's secondaries.
 	all, err := b.Secondary.ListSecondary(ctx)

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientset "k8s.io/client-go/kubernetes"
@@ -203,13 +205,17 @@ func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 	if err != nil {
 		return nil, err
 	}
-	out, err := p.listSecondaries(ctx, c, p.selector())
-	if err != nil {
-		return nil, err
+	out, ok := p.cachedSecondaries("")
+	if !ok {
+		if out, err = p.listSecondaries(ctx, c, p.selector()); err != nil {
+			return nil, err
+		}
 	}
-	pods, err := p.listOurs(ctx, c, podKind, p.selector())
-	if err != nil {
-		return nil, err
+	pods, ok := p.cache.all("pod")
+	if !ok {
+		if pods, err = p.listOurs(ctx, c, podKind, p.selector()); err != nil {
+			return nil, err
+		}
 	}
 	exists := make(map[string]bool, len(pods))
 	for _, pod := range pods {
@@ -256,25 +262,52 @@ func (p *Provider) listSecondaries(ctx context.Context, c clientset.Interface, s
 		if err != nil {
 			return nil, err
 		}
-		for _, obj := range objs {
-			if obj.GetLabels()[labelGroupUID] != "" { // the selector did it
-				continue
-			}
-			out = append(out, provider.Secondary{
-				ID:         secondaryID(k.kind, obj.GetNamespace(), obj.GetName(), obj.GetUID()),
-				Kind:       k.kind,
-				Marks:      provider.MarksFromLabels(obj.GetLabels()),
-				Instance:   obj.GetName(),
-				InstanceID: instanceID(obj.GetNamespace(), obj.GetName()),
-				CreatedAt:  obj.GetCreationTimestamp().UTC(),
-			})
-		}
+		out = appendSecondaries(out, k, objs)
 	}
 	return out, nil
 }
 
+// cachedSecondaries is listSecondaries from the cache, for the owner uid
+// ("" for every owner); false when the cache cannot vouch for it.
+func (p *Provider) cachedSecondaries(uid string) ([]provider.Secondary, bool) {
+	out := []provider.Secondary{}
+	for _, k := range secondaryKinds {
+		objs, ok := p.cache.all(k.kind)
+		if uid != "" {
+			objs, ok = p.cache.owned(k.kind, uid)
+		}
+		if !ok {
+			return nil, false
+		}
+		// What this provider deleted is gone (no finalizers hold these
+		// kinds), though the cache may not have seen it yet.
+		objs = slices.DeleteFunc(objs, func(o metav1.Object) bool { return p.cache.own.isDeleting(o.GetUID()) })
+		out = appendSecondaries(out, k, objs)
+	}
+	return out, true
+}
+
+// appendSecondaries appends the instance's objects among objs of kind k.
+func appendSecondaries(out []provider.Secondary, k objectKind, objs []metav1.Object) []provider.Secondary {
+	for _, obj := range objs {
+		if obj.GetLabels()[labelGroupUID] != "" { // a group front's
+			continue
+		}
+		out = append(out, provider.Secondary{
+			ID:         secondaryID(k.kind, obj.GetNamespace(), obj.GetName(), obj.GetUID()),
+			Kind:       k.kind,
+			Marks:      provider.MarksFromLabels(obj.GetLabels()),
+			Instance:   obj.GetName(),
+			InstanceID: instanceID(obj.GetNamespace(), obj.GetName()),
+			CreatedAt:  obj.GetCreationTimestamp().UTC(),
+		})
+	}
+	return out
+}
+
 // ListOwnedSecondaries is ListSecondary for the objects whose UID mark is
-// uid, one LIST of each kind with the owner in the selector, sorted by ID;
+// uid, from the cache, or one LIST of each kind with the owner in the
+// selector when the cache cannot vouch for them (cache.go), sorted by ID;
 // InstanceGone is left false, as provider.OwnerLister allows, which saves
 // the Pods' listing. It lists a Proxy's instances' objects only: a group
 // front's, whose UID mark is a ProxyGroup's, is RemoveGroupFront's and
@@ -288,9 +321,11 @@ func (p *Provider) ListOwnedSecondaries(ctx context.Context, uid string) ([]prov
 	if err != nil {
 		return nil, err
 	}
-	out, err := p.listSecondaries(ctx, c, sel)
-	if err != nil {
-		return nil, err
+	out, ok := p.cachedSecondaries(uid)
+	if !ok {
+		if out, err = p.listSecondaries(ctx, c, sel); err != nil {
+			return nil, err
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
@@ -319,7 +354,7 @@ func (p *Provider) deleteSecondary(ctx context.Context, id string) (string, erro
 		return "", err
 	}
 	what := fmt.Sprintf("%s %s/%s", k.kind, ns, name)
-	obj, err := k.get(ctx, c, ns, name)
+	obj, err := p.readObject(ctx, c, k, ns, name)
 	switch {
 	case apierrors.IsNotFound(err):
 		return "already gone", nil
@@ -329,14 +364,42 @@ func (p *Provider) deleteSecondary(ctx context.Context, id string) (string, erro
 		return "recreated since, left alone", nil
 	case !p.ours(obj.GetLabels()):
 		return "not ours, left alone", nil
+	case p.cache.own.isDeleting(uid):
+		return "already being deleted", nil
 	}
-	err = k.del(ctx, c, ns, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	return p.deleteObject(ctx, c, k, obj)
+}
+
+// readObject is the object of kind k at namespace/name, from the cache
+// when it can say (cache.go), else from the API server; absent is the API
+// server's NotFound either way.
+func (p *Provider) readObject(ctx context.Context, c clientset.Interface, k objectKind, namespace, name string) (metav1.Object, error) {
+	obj, found, known := p.cache.lookup(k.kind, namespace, name)
+	switch {
+	case found:
+		return obj, nil
+	case known:
+		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: k.kind}, name)
+	}
+	obj, err := k.get(ctx, c, namespace, name)
+	if apierrors.IsNotFound(err) {
+		p.cache.own.settle(objectKey{k.kind, namespace, name})
+	}
+	return obj, err
+}
+
+// deleteObject deletes obj, of kind k, only while it is the object read
+// (the UID precondition), and says how it went.
+func (p *Provider) deleteObject(ctx context.Context, c clientset.Interface, k objectKind, obj metav1.Object) (string, error) {
+	uid := obj.GetUID()
+	err := k.del(ctx, c, obj.GetNamespace(), obj.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	switch {
 	case err == nil:
+		p.cache.own.deleted(uid)
 		return "deleted", nil
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return "gone or replaced meanwhile", nil
 	default:
-		return "", classify(err, "deleting "+what)
+		return "", classify(err, fmt.Sprintf("deleting %s %s/%s", k.kind, obj.GetNamespace(), obj.GetName()))
 	}
 }

@@ -20,18 +20,35 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
-// failPodCreate is a wire seam that answers the first Pod POST with a 500,
-// as an operator crash between the ConfigMap and the Pod would leave the
-// backend: the ConfigMap made, the Pod and Service not.
-func failPodCreate(failed *atomic.Bool) func(http.RoundTripper) http.RoundTripper {
+// failAfterPodDelete is a wire seam that answers the first Service
+// DELETE with a 500, as an operator crash in a Delete between the Pod and
+// its other objects would leave the backend: the Pod gone, the Service,
+// ConfigMap and NetworkPolicy not. (A Create makes the Pod first, so no
+// crash in it leaves objects without their Pod.)
+func failAfterPodDelete(failed *atomic.Bool) func(http.RoundTripper) http.RoundTripper {
 	return func(next http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/pods") && failed.CompareAndSwap(false, true) {
+			if req.Method == http.MethodDelete && strings.Contains(req.URL.Path, "/services/") && failed.CompareAndSwap(false, true) {
 				return classResponse(req, provider.ErrTransient), nil
 			}
 			return next.RoundTrip(req)
 		})
 	}
+}
+
+// crashInDelete creates req's instance and deletes it through p with the
+// deletion cut after the Pod (failAfterPodDelete), and waits for the Pod
+// to go.
+func crashInDelete(t *testing.T, cs clientset.Interface, p provider.Provider, failed *atomic.Bool, ns string, req provider.CreateRequest) {
+	t.Helper()
+	inst, err := p.Create(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Delete(t.Context(), inst.ID); !errors.Is(err, provider.ErrTransient) || !failed.Load() {
+		t.Fatalf("Delete with the Service's DELETE refused: %v; want the injected Transient failure", err)
+	}
+	testenv.Eventually(t, "the crashed Delete's Pod gone", func() bool { return !exists(t, cs, "pod", ns, req.Name) })
 }
 
 // secondariesOf returns the listed secondaries of the instance named name.
@@ -82,7 +99,7 @@ func TestSecondaryResourcesWithoutPod(t *testing.T) {
 	const installation = "secondary-test"
 	var failed atomic.Bool
 	raw := newAPIProvider(t, installation, Config{Namespace: ns}, nil)
-	raw.wireSeam = failPodCreate(&failed)
+	raw.wireSeam = failAfterPodDelete(&failed)
 	b := boundary(raw)
 	p, sl := b.Provider, b.Secondary
 	if sl == nil {
@@ -94,11 +111,9 @@ func TestSecondaryResourcesWithoutPod(t *testing.T) {
 			ProxyName: proxy, UID: uid, Port: 3128, AllowedSourceRanges: []string{"10.0.0.0/8"}}
 	}
 
-	// Crash between the ConfigMap and the Pod.
+	// Crash in a Delete, after the Pod.
 	crashed := req("crashed", "uid-crashed")
-	if _, err := p.Create(ctx, crashed); !errors.Is(err, provider.ErrTransient) || !failed.Load() {
-		t.Fatalf("Create with the Pod refused: %v; want the injected Transient failure", err)
-	}
+	crashInDelete(t, cs, p, &failed, ns, crashed)
 	// A Pod removed by hand: its ConfigMap and Service stay.
 	vanished := req("vanished", "uid-vanished")
 	if _, err := p.Create(ctx, vanished); err != nil {
@@ -134,10 +149,8 @@ func TestSecondaryResourcesWithoutPod(t *testing.T) {
 	otherCrash := req("other", "uid-other")
 	otherRaw := provider.Unwrap(other).(*Provider)
 	var otherFailed atomic.Bool
-	otherRaw.wireSeam = failPodCreate(&otherFailed)
-	if _, err := other.Create(ctx, otherCrash); err == nil {
-		t.Fatal("the other installation's Create did not fail")
-	}
+	otherRaw.wireSeam = failAfterPodDelete(&otherFailed)
+	crashInDelete(t, cs, other, &otherFailed, ns, otherCrash)
 
 	list, err := sl.ListSecondary(ctx)
 	if err != nil {
@@ -148,7 +161,7 @@ func TestSecondaryResourcesWithoutPod(t *testing.T) {
 		kinds []string
 		gone  bool
 	}{
-		{crashed, []string{"configmap", "networkpolicy", "service"}, true}, // all made before the Pod
+		{crashed, []string{"configmap", "networkpolicy", "service"}, true}, // all left by the cut Delete
 		{vanished, []string{"configmap", "networkpolicy", "service"}, true},
 		{live, []string{"configmap", "networkpolicy", "service"}, false},
 		{stripped, []string{"configmap", "networkpolicy", "service"}, false},

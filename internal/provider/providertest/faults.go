@@ -67,3 +67,17 @@ func (f *Faults) Next(ctx context.Context, op string) (injected, err error) {
 	}
 	return nil, nil
 }
+
+// Armed says a failure is queued for, or a hold set on, one of ops: a
+// provider that answers some calls from a cache reads live while so, so
+// that the call meets the fault.
+func (f *Faults) Armed(ops ...string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, op := range ops {
+		if len(f.fails[op]) > 0 || f.blocks[op] != nil {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,405 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+)
+
+// The provider's cache: informers over this installation's own objects
+// (its label selector, in the entry's namespace or every one), started on
+// the first call and stopped by Close. The Pods are kept with what
+// instanceOf and the echo read (slimPod); the Services, ConfigMaps,
+// Secrets and NetworkPolicies as metadata only, so no Secret's data is
+// held. Get, ListByTag, the owner listings, ListSecondary, Create's look
+// for an adoptable Pod and the deletes read it; a fleet's steady state
+// costs the API server one watch per kind, not reads per Proxy.
+//
+// The rule that keeps a cache read from misleading the reconciler: the
+// cache answers for an object unless the provider's own create of it has
+// not been seen by the cache yet (ownWrites), or the cache has not
+// synced; then the read goes to the API server, as every read did before.
+// The provider's own deletes the cache has not seen are applied to what
+// it answers: a secondary object deleted is left out of the listings (no
+// finalizer holds those kinds), and nothing is deleted twice.
+// An object the cache shows may be gone already (a deletion it has not
+// seen): that costs at most a request answered NotFound, or a Terminated
+// state one event early. An object the cache lacks was either never there,
+// deleted (the cache saw it go), or made by someone after the cache's view
+// of it: only this provider makes objects with its marks, and its creates
+// are in ownWrites from before the request until the cache sees them. So
+// the deletion pass, which must not miss an instance made just before,
+// reads live whenever it would otherwise trust an absence the cache cannot
+// vouch for (TestStaleCacheNeverHidesAnOwnCreate).
+//
+// The Pod informer is also the instance watch (provider.InstanceWatcher):
+// a Pod of ours that changed or went is told, so the reconciler reads its
+// Proxy at once. Without `list` and `watch` on a kind the informer never
+// syncs and every read stays live; Check names the missing right.
+
+// objectCache is the provider's cache state.
+type objectCache struct {
+	// changed is the instance watcher's callback.
+	changed atomic.Pointer[func(id string)]
+
+	once   sync.Once
+	mu     sync.Mutex
+	cancel context.CancelFunc // nil until started
+	closed bool
+	// pods and byKind are set once, under once, before any read.
+	pods   cache.SharedIndexInformer
+	byKind map[string]cache.SharedIndexInformer
+
+	own ownWrites
+
+	// bypass is a test seam: while it says so, the cache cannot say
+	// and every read goes live. Nil in production.
+	bypass func() bool
+}
+
+// indexOwner indexes objects by their UID mark.
+const indexOwner = "owner"
+
+func ownerIndexFunc(obj any) ([]string, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, nil
+	}
+	if uid := m.GetLabels()[provider.MarkUID]; uid != "" {
+		return []string{uid}, nil
+	}
+	return nil, nil
+}
+
+// cachedGVR is the API resource of each cached secondary kind.
+var cachedGVR = map[string]schema.GroupVersionResource{
+	"service":       corev1.SchemeGroupVersion.WithResource("services"),
+	"configmap":     corev1.SchemeGroupVersion.WithResource("configmaps"),
+	"secret":        corev1.SchemeGroupVersion.WithResource("secrets"),
+	"networkpolicy": {Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
+}
+
+// WatchInstances implements provider.InstanceWatcher.
+func (p *Provider) WatchInstances(changed func(id string)) { p.cache.changed.Store(&changed) }
+
+// startCache starts the informers on c and mc, once.
+func (p *Provider) startCache(c clientset.Interface, mc metadata.Interface) {
+	oc := &p.cache
+	oc.once.Do(func() {
+		oc.mu.Lock()
+		defer oc.mu.Unlock()
+		if oc.closed {
+			return
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		oc.cancel = cancel
+		sel := p.selector()
+		tweak := func(o *metav1.ListOptions) { o.LabelSelector = sel }
+		pods := c.CoreV1().Pods(p.cfg.Namespace) // "" is every namespace
+		oc.pods = cache.NewSharedIndexInformerWithOptions(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				tweak(&o)
+				return pods.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				tweak(&o)
+				return pods.Watch(ctx, o)
+			},
+		}, &corev1.Pod{}, cache.SharedIndexInformerOptions{
+			Indexers:          cache.Indexers{indexOwner: ownerIndexFunc},
+			ObjectDescription: "the " + Type + " provider's pods",
+		})
+		_ = oc.pods.SetTransform(slimPod)
+		_, _ = oc.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { oc.own.seen("pod", obj) },
+			UpdateFunc: func(_, obj any) { oc.own.seen("pod", obj); p.tellChanged(obj) },
+			DeleteFunc: func(obj any) { oc.own.went("pod", obj); p.tellChanged(obj) },
+		})
+		oc.byKind = map[string]cache.SharedIndexInformer{}
+		for kind, gvr := range cachedGVR {
+			inf := metadatainformer.NewFilteredMetadataInformer(mc, gvr, p.cfg.Namespace, 0,
+				cache.Indexers{indexOwner: ownerIndexFunc}, tweak).Informer()
+			_ = inf.SetTransform(dropManagedFields)
+			_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { oc.own.seen(kind, obj) },
+				UpdateFunc: func(_, obj any) { oc.own.seen(kind, obj) },
+				DeleteFunc: func(obj any) { oc.own.went(kind, obj) },
+			})
+			oc.byKind[kind] = inf
+		}
+		go oc.pods.RunWithContext(ctx)
+		for _, inf := range oc.byKind {
+			go inf.RunWithContext(ctx)
+		}
+	})
+}
+
+// stopCache ends the informers; Close calls it.
+func (p *Provider) stopCache() {
+	oc := &p.cache
+	oc.mu.Lock()
+	defer oc.mu.Unlock()
+	oc.closed = true
+	if oc.cancel != nil {
+		oc.cancel()
+	}
+}
+
+// tellChanged tells the instance watcher of a Pod of ours that changed or
+// went. Added Pods are not told: the provider's own Create (its caller
+// knows), or the informer's first listing.
+func (p *Provider) tellChanged(obj any) {
+	f := p.cache.changed.Load()
+	if f == nil {
+		return
+	}
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if pod, ok := obj.(*corev1.Pod); ok && p.ours(pod.Labels) {
+		(*f)(instanceID(pod.Namespace, pod.Name))
+	}
+}
+
+// synced says the informers are running and have listed once.
+func (oc *objectCache) synced() bool {
+	if oc.pods == nil || (oc.bypass != nil && oc.bypass()) {
+		return false
+	}
+	oc.mu.Lock()
+	closed := oc.closed
+	oc.mu.Unlock()
+	if closed || !oc.pods.HasSynced() {
+		return false
+	}
+	for _, inf := range oc.byKind {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+func (oc *objectCache) informer(kind string) cache.SharedIndexInformer {
+	if kind == "pod" {
+		return oc.pods
+	}
+	return oc.byKind[kind]
+}
+
+// lookup finds the object of kind at namespace/name in the cache. known is
+// false when the cache cannot say (a kind it does not hold, not synced, or
+// an own create of the object it has not seen): the caller reads live.
+func (oc *objectCache) lookup(kind, namespace, name string) (obj metav1.Object, found, known bool) {
+	inf := oc.informer(kind)
+	if inf == nil || !oc.synced() || oc.own.unseen(objectKey{kind, namespace, name}) {
+		return nil, false, false
+	}
+	item, exists, err := inf.GetIndexer().GetByKey(namespace + "/" + name)
+	if err != nil || !exists {
+		return nil, false, err == nil
+	}
+	m, err := meta.Accessor(item)
+	if err != nil {
+		return nil, false, false
+	}
+	return m, true, true
+}
+
+// pod is lookup for the Pod; found only with a *corev1.Pod.
+func (oc *objectCache) pod(namespace, name string) (pod *corev1.Pod, found, known bool) {
+	obj, found, known := oc.lookup("pod", namespace, name)
+	if !found {
+		return nil, false, known
+	}
+	pod, ok := obj.(*corev1.Pod)
+	return pod, ok, ok
+}
+
+// owned lists the cached objects of kind whose UID mark is uid; known is
+// false when the cache cannot vouch for the listing (see lookup).
+func (oc *objectCache) owned(kind, uid string) ([]metav1.Object, bool) {
+	inf := oc.informer(kind)
+	if inf == nil || !oc.synced() || oc.own.owes(kind, uid) {
+		return nil, false
+	}
+	items, err := inf.GetIndexer().ByIndex(indexOwner, uid)
+	if err != nil {
+		return nil, false
+	}
+	return accessors(items)
+}
+
+// all lists every cached object of kind; known as for owned, with no own
+// create of the kind unseen.
+func (oc *objectCache) all(kind string) ([]metav1.Object, bool) {
+	inf := oc.informer(kind)
+	if inf == nil || !oc.synced() || oc.own.owes(kind, "") {
+		return nil, false
+	}
+	return accessors(inf.GetIndexer().List())
+}
+
+func accessors(items []any) ([]metav1.Object, bool) {
+	out := make([]metav1.Object, 0, len(items))
+	for _, item := range items {
+		m, err := meta.Accessor(item)
+		if err != nil {
+			return nil, false
+		}
+		out = append(out, m)
+	}
+	return out, true
+}
+
+// slimPod keeps of a Pod what the provider reads: its metadata without
+// managedFields, the first container's name and ports (the echo's port),
+// the node and the status.
+func slimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{ObjectMeta: pod.ObjectMeta, Status: corev1.PodStatus{
+		Phase: pod.Status.Phase, Conditions: pod.Status.Conditions, PodIP: pod.Status.PodIP, PodIPs: pod.Status.PodIPs,
+	}}
+	out.ManagedFields = nil
+	out.Spec.NodeName = pod.Spec.NodeName
+	for _, c := range pod.Spec.Containers {
+		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+	}
+	return out, nil
+}
+
+func dropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// objectKey names one object of the provider's.
+type objectKey struct{ kind, namespace, name string }
+
+// ownWrites are the provider's writes the cache has not seen yet.
+type ownWrites struct {
+	mu sync.Mutex
+	// creates are objects this provider is making or made, by their
+	// owner's UID, from before the request until the cache sees them (or
+	// the API server refused the request for certain).
+	creates map[objectKey]string
+	// deleting are objects this provider deleted that the cache still
+	// shows, so a pass that comes before their end does not delete again.
+	deleting map[types.UID]bool
+}
+
+// creating records a create of k for owner, before its request.
+func (w *ownWrites) creating(k objectKey, owner string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.creates == nil {
+		w.creates = map[objectKey]string{}
+	}
+	w.creates[k] = owner
+}
+
+// created settles a create by its outcome: one the API server refused for
+// certain will never be seen; one that was made, or may have been, stays
+// until the cache sees it.
+func (w *ownWrites) created(k objectKey, err error) {
+	if refusedForCertain(err) {
+		w.settle(k)
+	}
+}
+
+// settle forgets k: the cache saw it, or a live read found it absent.
+func (w *ownWrites) settle(k objectKey) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.creates, k)
+}
+
+func (w *ownWrites) unseen(k objectKey) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.creates[k]
+	return ok
+}
+
+// owes says a create of kind for owner ("" for any) is unseen.
+func (w *ownWrites) owes(kind, owner string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, o := range w.creates {
+		if k.kind == kind && (owner == "" || o == owner) {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *ownWrites) deleted(uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.deleting == nil {
+		w.deleting = map[types.UID]bool{}
+	}
+	w.deleting[uid] = true
+}
+
+func (w *ownWrites) isDeleting(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.deleting[uid]
+}
+
+// seen is the cache's add or update of obj.
+func (w *ownWrites) seen(kind string, obj any) {
+	if m, err := meta.Accessor(obj); err == nil {
+		w.settle(objectKey{kind, m.GetNamespace(), m.GetName()})
+	}
+}
+
+// went is the cache's deletion of obj.
+func (w *ownWrites) went(kind string, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	w.settle(objectKey{kind, m.GetNamespace(), m.GetName()})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.deleting, m.GetUID())
+}
+
+// refusedForCertain says the API server answered err and made nothing: a
+// 4xx other than AlreadyExists (which says the object is there). No
+// answer, a timeout or a 5xx may have made it.
+func refusedForCertain(err error) bool {
+	var status apierrors.APIStatus
+	if err == nil || !errors.As(err, &status) || apierrors.IsAlreadyExists(err) {
+		return false
+	}
+	code := status.Status().Code
+	return code >= 400 && code < 500 && code != http.StatusRequestTimeout
+}

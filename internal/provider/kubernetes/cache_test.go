@@ -1,0 +1,269 @@
+package kubernetes
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
+)
+
+// wireLog is a wire seam that records every request but the cache's
+// watches, and can hold the watches' events: a cache that falls behind.
+type wireLog struct {
+	mu       sync.Mutex
+	requests []string
+	held     bool
+	release  chan struct{}
+}
+
+func newWireLog(t *testing.T) *wireLog {
+	w := &wireLog{release: make(chan struct{})}
+	// Before the provider's Close (cleanups run last first), so a held
+	// watch lets its reader go.
+	t.Cleanup(w.resume)
+	return w
+}
+
+func (w *wireLog) wrap(next http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		if req.URL.Query().Get("watch") != "true" {
+			segs := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+			w.mu.Lock()
+			w.requests = append(w.requests, req.Method+" "+resourceOf(segs))
+			w.mu.Unlock()
+			return next.RoundTrip(req)
+		}
+		resp, err := next.RoundTrip(req)
+		if err == nil {
+			resp.Body = &heldBody{ReadCloser: resp.Body, w: w}
+		}
+		return resp, err
+	})
+}
+
+// resourceOf is the resource a request path names: the segment after the
+// namespace, or the last one of a collection.
+func resourceOf(segs []string) string {
+	if i := slices.Index(segs, "namespaces"); i >= 0 && i+2 < len(segs) {
+		return segs[i+2]
+	}
+	return segs[len(segs)-1]
+}
+
+// take returns the requests since the last take, sorted.
+func (w *wireLog) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.requests
+	w.requests = nil
+	sort.Strings(out)
+	return out
+}
+
+func (w *wireLog) hold() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.held = true
+}
+
+func (w *wireLog) resume() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.held || w.release != nil {
+		w.held = false
+		if w.release != nil {
+			close(w.release)
+			w.release = nil
+		}
+	}
+}
+
+// wait blocks while the watches are held.
+func (w *wireLog) wait() {
+	w.mu.Lock()
+	held, release := w.held, w.release
+	w.mu.Unlock()
+	if held && release != nil {
+		<-release
+	}
+}
+
+// heldBody passes a watch's bytes on only while the watches are not held:
+// what it read while held waits for the release.
+type heldBody struct {
+	io.ReadCloser
+	w *wireLog
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.w.wait()
+	return n, err
+}
+
+// syncedProvider is a provider on the test control plane whose requests w
+// sees, with its cache started and synced.
+func syncedProvider(t *testing.T, installation, ns string, w *wireLog) *Provider {
+	t.Helper()
+	p := newAPIProvider(t, installation, Config{Namespace: ns}, nil)
+	p.wireSeam = w.wrap
+	if _, err := p.ListByTag(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	testenv.EventuallyNil(t, "the cache synced", func() error {
+		if !p.cache.synced() {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	return p
+}
+
+// awaitSeen waits until the cache shows (or, seen false, lacks) every
+// object of instance id.
+func awaitSeen(t *testing.T, p *Provider, id string, seen bool) {
+	t.Helper()
+	ns, name, _ := parseID(id)
+	testenv.EventuallyNil(t, fmt.Sprintf("the cache saw instance %s (present: %v)", id, seen), func() error {
+		for _, kind := range []string{"pod", "service", "configmap", "networkpolicy"} {
+			if _, found, known := p.cache.lookup(kind, ns, name); !known || found != seen {
+				return fmt.Errorf("%s: known %v, found %v", kind, known, found)
+			}
+		}
+		return nil
+	})
+}
+
+// TestCacheRequestsPerInstance (issue 25): with the cache synced, a
+// create makes its four objects and reads nothing; the reads after it
+// (Get, the owner listings, ListByTag) reach no API once
+// the cache saw the objects; a delete is its four DELETEs, each with the
+// cached object's UID as precondition; after it, nothing is read either.
+func TestCacheRequestsPerInstance(t *testing.T) {
+	ns := newNamespace(t, "cache", nil)
+	w := newWireLog(t)
+	p := syncedProvider(t, "cache-test", ns, w)
+	b := boundary(p)
+	ctx := t.Context()
+	req := apiRequest(ns, "counted")
+	w.take()
+
+	inst, err := b.Provider.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"POST configmaps", "POST networkpolicies", "POST pods", "POST services"}
+	if got := w.take(); !slices.Equal(got, want) {
+		t.Errorf("Create made %v, want %v", got, want)
+	}
+	awaitSeen(t, p, inst.ID, true)
+	if got, err := b.Provider.Get(ctx, inst.ID); err != nil || got.ID != inst.ID || got.State != provider.StateProvisioning {
+		t.Errorf("Get = %+v, %v; want the Provisioning instance", got, err)
+	}
+	insts, err := b.Owned.ListOwnedInstances(ctx, req.UID)
+	if err != nil || len(insts) != 1 || insts[0].ID != inst.ID || insts[0].UID != req.UID || insts[0].CreatedAt.IsZero() {
+		t.Errorf("ListOwnedInstances = %+v, %v; want the instance with its UID and creation time", insts, err)
+	}
+	if secs, err := b.Owned.ListOwnedSecondaries(ctx, req.UID); err != nil || len(secs) != 3 {
+		t.Errorf("ListOwnedSecondaries = %+v, %v; want the Service, ConfigMap and NetworkPolicy", secs, err)
+	}
+	if all, err := b.Provider.ListByTag(ctx); err != nil || len(all) != 1 {
+		t.Errorf("ListByTag = %+v, %v; want the instance", all, err)
+	}
+	if got := w.take(); len(got) != 0 {
+		t.Errorf("the reads after the cache saw the instance made %v, want none", got)
+	}
+	// The collector's listing reads the groups' fronts live (a pass per
+	// interval, not per Proxy), nothing else.
+	if all, err := b.Secondary.ListSecondary(ctx); err != nil || len(all) != 3 || slices.ContainsFunc(all, func(s provider.Secondary) bool { return s.InstanceGone }) {
+		t.Errorf("ListSecondary = %+v, %v; want three objects of a live instance", all, err)
+	}
+	if got, want := w.take(), []string{"GET poddisruptionbudgets", "GET services"}; !slices.Equal(got, want) {
+		t.Errorf("ListSecondary made %v, want %v (the group fronts' listings)", got, want)
+	}
+
+	if err := b.Provider.Delete(ctx, inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"DELETE configmaps", "DELETE networkpolicies", "DELETE pods", "DELETE services"}
+	if got := w.take(); !slices.Equal(got, want) {
+		t.Errorf("Delete made %v, want %v", got, want)
+	}
+	// A second pass before the cache saw the deletions deletes nothing
+	// again.
+	if err := b.Provider.Delete(ctx, inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.take(); len(got) != 0 {
+		t.Errorf("a second Delete made %v, want none", got)
+	}
+	awaitSeen(t, p, inst.ID, false)
+	if _, err := b.Provider.Get(ctx, inst.ID); !errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("Get after the delete: %v, want NotFound", err)
+	}
+	if insts, err := b.Owned.ListOwnedInstances(ctx, req.UID); err != nil || len(insts) != 0 {
+		t.Errorf("ListOwnedInstances after the delete = %+v, %v; want none", insts, err)
+	}
+	if got := w.take(); len(got) != 0 {
+		t.Errorf("the reads after the cache saw the deletion made %v, want none", got)
+	}
+}
+
+// TestStaleCacheNeverHidesAnOwnCreate (issue 25): a cache that stopped
+// hearing (its watches held) must not hide what the provider made since:
+// the deletion pass's owner listings, Get and Delete read live for an own
+// create the cache has not seen, so the instance is found and deleted.
+// Without the rule (ownWrites) the listings answer "nothing" from the
+// stale cache and the instance would outlive its Proxy.
+func TestStaleCacheNeverHidesAnOwnCreate(t *testing.T) {
+	ns := newNamespace(t, "stale", nil)
+	w := newWireLog(t)
+	p := syncedProvider(t, "stale-test", ns, w)
+	b := boundary(p)
+	ctx := t.Context()
+	req := apiRequest(ns, "unseen")
+
+	w.hold()
+	inst, err := b.Provider.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, found, known := p.cache.lookup("pod", ns, req.Name); found || !p.cache.synced() {
+		t.Fatalf("the cache shows the new Pod (found %v, known %v) or is not synced: the watches were not held", found, known)
+	}
+	w.take()
+	insts, err := b.Owned.ListOwnedInstances(ctx, req.UID)
+	if err != nil || len(insts) != 1 || insts[0].ID != inst.ID {
+		t.Errorf("ListOwnedInstances with a stale cache = %+v, %v; want the instance just made", insts, err)
+	}
+	if secs, err := b.Owned.ListOwnedSecondaries(ctx, req.UID); err != nil || len(secs) != 3 {
+		t.Errorf("ListOwnedSecondaries with a stale cache = %+v, %v; want the instance's three objects", secs, err)
+	}
+	if got, err := b.Provider.Get(ctx, inst.ID); err != nil || got.ID != inst.ID {
+		t.Errorf("Get with a stale cache = %+v, %v; want the instance", got, err)
+	}
+	if got := w.take(); !slices.Contains(got, "GET pods") {
+		t.Errorf("the reads made %v, want live ones of the Pods", got)
+	}
+	if err := b.Provider.Delete(ctx, inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.take(); !slices.Contains(got, "DELETE pods") {
+		t.Errorf("Delete with a stale cache made %v, want the Pod's DELETE", got)
+	}
+	_, err = adminClient(t).CoreV1().Pods(ns).Get(ctx, req.Name, metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("the Pod after Delete: %v, want it gone", err)
+	}
+}
