@@ -84,7 +84,7 @@ func objectExists(t *testing.T, obj client.Object, namespace, name string) bool 
 }
 
 // TestKubernetesSecondariesCollected (issue 8, item 2 on the kubernetes
-// provider): a crash between the ConfigMap and the Pod leaves a ConfigMap
+// provider): a Delete cut after the Pod leaves a ConfigMap
 // (and, from a Pod removed by hand, a Service) that nothing listed before;
 // on the real API server the collector now removes them through the
 // provider once they are older than the grace, and never touches the

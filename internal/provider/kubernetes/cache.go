@@ -47,7 +47,12 @@ import (
 // are in ownWrites from before the request until the cache sees them. So
 // the deletion pass, which must not miss an instance made just before,
 // reads live whenever it would otherwise trust an absence the cache cannot
-// vouch for (TestStaleCacheNeverHidesAnOwnCreate).
+// vouch for (TestStaleCacheNeverHidesAnOwnCreate). Objects made behind the
+// cache's back (a killed predecessor's create still in flight) are the one
+// thing the rule cannot see coming, so the deletion pass's listing of a
+// Proxy's Pods is always live, and an instance it finds that the cache
+// lacks is read live until the cache sees it
+// (TestOwnerListingFindsWhatTheCacheMissed).
 //
 // The Pod informer is also the instance watch (provider.InstanceWatcher):
 // a Pod of ours that changed or went is told, so the reconciler reads its
@@ -308,6 +313,9 @@ type ownWrites struct {
 	// deleting are objects this provider deleted that the cache still
 	// shows, so a pass that comes before their end does not delete again.
 	deleting map[types.UID]bool
+	// behindCache are objects a live read found that the cache lacks
+	// (made behind its back), until the cache sees them or they go.
+	behindCache map[objectKey]bool
 }
 
 // creating records a create of k for owner, before its request.
@@ -334,13 +342,26 @@ func (w *ownWrites) settle(k objectKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.creates, k)
+	delete(w.behindCache, k)
 }
 
+// behind records k, found live and missing from the cache.
+func (w *ownWrites) behind(k objectKey) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.behindCache == nil {
+		w.behindCache = map[objectKey]bool{}
+	}
+	w.behindCache[k] = true
+}
+
+// unseen says the cache cannot vouch for k: an own create of it, or an
+// object a live read found, that it has not seen.
 func (w *ownWrites) unseen(k objectKey) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	_, ok := w.creates[k]
-	return ok
+	return ok || w.behindCache[k]
 }
 
 // owes says a create of kind for owner ("" for any) is unseen.

@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
@@ -130,6 +132,16 @@ func syncedProvider(t *testing.T, installation, ns string, w *wireLog) *Provider
 	return p
 }
 
+// cacheCase is a cache test's start: a namespace, the wire log, a
+// provider synced on it and a request for proxy.
+func cacheCase(t *testing.T, name, proxy string) (*Provider, provider.Bounded, *wireLog, string, provider.CreateRequest) {
+	t.Helper()
+	ns := newNamespace(t, name, nil)
+	w := newWireLog(t)
+	p := syncedProvider(t, name+"-test", ns, w)
+	return p, boundary(p), w, ns, apiRequest(ns, proxy)
+}
+
 // awaitSeen waits until the cache shows (or, seen false, lacks) every
 // object of instance id.
 func awaitSeen(t *testing.T, p *Provider, id string, seen bool) {
@@ -147,16 +159,12 @@ func awaitSeen(t *testing.T, p *Provider, id string, seen bool) {
 
 // TestCacheRequestsPerInstance (issue 25): with the cache synced, a
 // create makes its four objects and reads nothing; the reads after it
-// (Get, the owner listings, ListByTag) reach no API once
-// the cache saw the objects; a delete is its four DELETEs, each with the
+// (Get, the secondaries' owner listing, ListByTag) reach no API once
+// the cache saw the objects, the Pods' owner listing is one LIST; a delete is its four DELETEs, each with the
 // cached object's UID as precondition; after it, nothing is read either.
 func TestCacheRequestsPerInstance(t *testing.T) {
-	ns := newNamespace(t, "cache", nil)
-	w := newWireLog(t)
-	p := syncedProvider(t, "cache-test", ns, w)
-	b := boundary(p)
+	p, b, w, _, req := cacheCase(t, "cache", "counted")
 	ctx := t.Context()
-	req := apiRequest(ns, "counted")
 	w.take()
 
 	inst, err := b.Provider.Create(ctx, req)
@@ -171,10 +179,6 @@ func TestCacheRequestsPerInstance(t *testing.T) {
 	if got, err := b.Provider.Get(ctx, inst.ID); err != nil || got.ID != inst.ID || got.State != provider.StateProvisioning {
 		t.Errorf("Get = %+v, %v; want the Provisioning instance", got, err)
 	}
-	insts, err := b.Owned.ListOwnedInstances(ctx, req.UID)
-	if err != nil || len(insts) != 1 || insts[0].ID != inst.ID || insts[0].UID != req.UID || insts[0].CreatedAt.IsZero() {
-		t.Errorf("ListOwnedInstances = %+v, %v; want the instance with its UID and creation time", insts, err)
-	}
 	if secs, err := b.Owned.ListOwnedSecondaries(ctx, req.UID); err != nil || len(secs) != 3 {
 		t.Errorf("ListOwnedSecondaries = %+v, %v; want the Service, ConfigMap and NetworkPolicy", secs, err)
 	}
@@ -183,6 +187,15 @@ func TestCacheRequestsPerInstance(t *testing.T) {
 	}
 	if got := w.take(); len(got) != 0 {
 		t.Errorf("the reads after the cache saw the instance made %v, want none", got)
+	}
+	// The deletion pass's listing of the Proxy's Pods is the API
+	// server's: one LIST.
+	insts, err := b.Owned.ListOwnedInstances(ctx, req.UID)
+	if err != nil || len(insts) != 1 || insts[0].ID != inst.ID || insts[0].UID != req.UID || insts[0].CreatedAt.IsZero() {
+		t.Errorf("ListOwnedInstances = %+v, %v; want the instance with its UID and creation time", insts, err)
+	}
+	if got, want := w.take(), []string{"GET pods"}; !slices.Equal(got, want) {
+		t.Errorf("ListOwnedInstances made %v, want %v", got, want)
 	}
 	// The collector's listing reads the groups' fronts live (a pass per
 	// interval, not per Proxy), nothing else.
@@ -212,11 +225,52 @@ func TestCacheRequestsPerInstance(t *testing.T) {
 	if _, err := b.Provider.Get(ctx, inst.ID); !errors.Is(err, provider.ErrNotFound) {
 		t.Errorf("Get after the delete: %v, want NotFound", err)
 	}
+	if got := w.take(); len(got) != 0 {
+		t.Errorf("Get after the cache saw the deletion made %v, want none", got)
+	}
+	// The owner listing, which ends a deletion, is the API server's.
 	if insts, err := b.Owned.ListOwnedInstances(ctx, req.UID); err != nil || len(insts) != 0 {
 		t.Errorf("ListOwnedInstances after the delete = %+v, %v; want none", insts, err)
 	}
-	if got := w.take(); len(got) != 0 {
-		t.Errorf("the reads after the cache saw the deletion made %v, want none", got)
+	if got, want := w.take(), []string{"GET pods"}; !slices.Equal(got, want) {
+		t.Errorf("the owner listing after the delete made %v, want %v", got, want)
+	}
+}
+
+// TestOwnerListingFindsWhatTheCacheMissed (issue 25): an instance made
+// behind the cache's back (by another provider of the installation here;
+// in life a killed predecessor's create still in flight) and not yet seen
+// by a cache that stopped hearing is still found by the owner listing,
+// and its Delete reads its objects live and deletes them all. Answered
+// from the cache, the listing would miss it (the soak's
+// --inject-leak=behind leaked so).
+func TestOwnerListingFindsWhatTheCacheMissed(t *testing.T) {
+	_, b, w, ns, req := cacheCase(t, "behind", "behind")
+	ctx := t.Context()
+
+	// Another provider of the same installation makes the instance: the
+	// first provider has no own write of it.
+	maker := bounded(newAPIProvider(t, "behind-test", Config{Namespace: ns}, nil))
+	w.hold()
+	inst, err := maker.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insts, err := b.Owned.ListOwnedInstances(ctx, req.UID)
+	if err != nil || len(insts) != 1 || insts[0].ID != inst.ID {
+		t.Fatalf("ListOwnedInstances with the instance made behind the stale cache = %+v, %v; want it", insts, err)
+	}
+	if err := b.Provider.Delete(ctx, inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	cs := adminClient(t)
+	for _, kind := range []string{"pod", "service", "configmap"} {
+		if exists(t, cs, kind, ns, req.Name) {
+			t.Errorf("the %s made behind the cache outlived Delete", kind)
+		}
+	}
+	if _, err := cs.NetworkingV1().NetworkPolicies(ns).Get(ctx, req.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the NetworkPolicy made behind the cache after Delete: %v, want NotFound", err)
 	}
 }
 
@@ -227,12 +281,8 @@ func TestCacheRequestsPerInstance(t *testing.T) {
 // Without the rule (ownWrites) the listings answer "nothing" from the
 // stale cache and the instance would outlive its Proxy.
 func TestStaleCacheNeverHidesAnOwnCreate(t *testing.T) {
-	ns := newNamespace(t, "stale", nil)
-	w := newWireLog(t)
-	p := syncedProvider(t, "stale-test", ns, w)
-	b := boundary(p)
+	p, b, w, ns, req := cacheCase(t, "stale", "unseen")
 	ctx := t.Context()
-	req := apiRequest(ns, "unseen")
 
 	w.hold()
 	inst, err := b.Provider.Create(ctx, req)
@@ -265,5 +315,46 @@ func TestStaleCacheNeverHidesAnOwnCreate(t *testing.T) {
 	_, err = adminClient(t).CoreV1().Pods(ns).Get(ctx, req.Name, metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("the Pod after Delete: %v, want it gone", err)
+	}
+}
+
+// TestPodPastItsGraceIsDeletedAgain (issue 25): a Pod the cache shows
+// terminating past its grace period is deleted again, as the old
+// read-then-delete did on every pass: on a cluster without a kubelet for
+// it (envtest, the soak) that DELETE is what ends it. The soak stuck a
+// Proxy in Deleting for minutes when Delete skipped every terminating Pod.
+// A finalizer of the test's own keeps the Pod terminating here.
+func TestPodPastItsGraceIsDeletedAgain(t *testing.T) {
+	p, b, w, ns, req := cacheCase(t, "grace", "terminating")
+	ctx := t.Context()
+	cs := adminClient(t)
+	inst, err := b.Provider.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const finalizer = "test.egress-proxies-operator.invalid/hold"
+	patch := []byte(`{"metadata":{"finalizers":["` + finalizer + `"]}}`)
+	if _, err := cs.CoreV1().Pods(ns).Patch(ctx, req.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = cs.CoreV1().Pods(ns).Patch(context.Background(), req.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, req.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.EventuallyNil(t, "the cache shows the Pod terminating", func() error {
+		pod, found, known := p.cache.pod(ns, req.Name)
+		if !found || !known || pod.DeletionTimestamp == nil {
+			return fmt.Errorf("found %v, known %v", found, known)
+		}
+		return nil
+	})
+	w.take()
+	if err := b.Provider.Delete(ctx, inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.take(); !slices.Contains(got, "DELETE pods") {
+		t.Errorf("Delete of a Pod past its grace made %v, want its DELETE again", got)
 	}
 }

@@ -506,10 +506,11 @@ func (p *Provider) removeGroupFront(ctx context.Context, g provider.GroupRef) ([
 	if err != nil {
 		return nil, err
 	}
-	// Another group's under the name (the group made again) is left alone.
+	// Another group's under the name (the group made again) is left
+	// alone. The fronts are read live: the cache holds no group kind.
 	return p.deleteNamed(ctx, c, groupKinds, f.namespace, f.name, func(labels map[string]string) bool {
 		return p.ours(labels) && labels[labelGroupUID] == g.UID
-	})
+	}, true)
 }
 
 // listGroupFronts lists the group fronts' objects that sel (this

@@ -49,9 +49,9 @@ func (p *Provider) ownerSelector(uid string) (string, error) {
 
 // ListOwnedInstances is ListByTag for the Pods whose UID mark is uid: the
 // selector does it on the API server, so a Proxy's deletion pass reads its
-// own Pod, not the fleet's (provider.OwnerLister). The cache answers
-// unless it has not seen a Pod the provider made for uid (cache.go); then
-// a plain LIST does, which the API server answers as of now.
+// own Pod, not the fleet's (provider.OwnerLister). It is the one read of
+// a deletion pass that is not the cache's (cache.go): a plain LIST, which
+// the API server answers as of now.
 func (p *Provider) ListOwnedInstances(ctx context.Context, uid string) ([]provider.Instance, error) {
 	c, err := p.begin(ctx, provider.OpListOwnedInstances)
 	if err != nil {
@@ -61,10 +61,22 @@ func (p *Provider) ListOwnedInstances(ctx context.Context, uid string) ([]provid
 	if err != nil {
 		return nil, err
 	}
-	if pods, ok := p.cache.owned("pod", uid); ok {
-		return instancesOf(pods), nil
+	// Live: this answer is what lets the deletion pass drop the
+	// finalizer, and the cache cannot vouch for objects made behind its
+	// back (a killed predecessor's create still in flight, the soak's
+	// --inject-leak=behind). A Pod found here that the cache lacks is
+	// read live by Delete too.
+	list, err := p.listPods(ctx, c, sel)
+	if err != nil {
+		return nil, err
 	}
-	return p.listPods(ctx, c, sel)
+	for _, in := range list {
+		ns, name, _ := strings.Cut(in.ID, "/")
+		if _, found, _ := p.cache.pod(ns, name); !found {
+			p.cache.own.behind(objectKey{"pod", ns, name})
+		}
+	}
+	return list, nil
 }
 
 func (p *Provider) list(ctx context.Context) ([]provider.Instance, error) {

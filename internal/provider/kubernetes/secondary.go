@@ -354,7 +354,7 @@ func (p *Provider) deleteSecondary(ctx context.Context, id string) (string, erro
 		return "", err
 	}
 	what := fmt.Sprintf("%s %s/%s", k.kind, ns, name)
-	obj, err := p.readObject(ctx, c, k, ns, name)
+	obj, err := p.readObject(ctx, c, k, ns, name, false)
 	switch {
 	case apierrors.IsNotFound(err):
 		return "already gone", nil
@@ -371,15 +371,17 @@ func (p *Provider) deleteSecondary(ctx context.Context, id string) (string, erro
 }
 
 // readObject is the object of kind k at namespace/name, from the cache
-// when it can say (cache.go), else from the API server; absent is the API
-// server's NotFound either way.
-func (p *Provider) readObject(ctx context.Context, c clientset.Interface, k objectKind, namespace, name string) (metav1.Object, error) {
-	obj, found, known := p.cache.lookup(k.kind, namespace, name)
-	switch {
-	case found:
-		return obj, nil
-	case known:
-		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: k.kind}, name)
+// when it can say (cache.go) and live is false, else from the API server;
+// absent is the API server's NotFound either way.
+func (p *Provider) readObject(ctx context.Context, c clientset.Interface, k objectKind, namespace, name string, live bool) (metav1.Object, error) {
+	if !live {
+		obj, found, known := p.cache.lookup(k.kind, namespace, name)
+		switch {
+		case found:
+			return obj, nil
+		case known:
+			return nil, apierrors.NewNotFound(schema.GroupResource{Resource: k.kind}, name)
+		}
 	}
 	obj, err := k.get(ctx, c, namespace, name)
 	if apierrors.IsNotFound(err) {

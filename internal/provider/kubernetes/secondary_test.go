@@ -282,8 +282,8 @@ func TestDeleteRemovesEverySecondaryKind(t *testing.T) {
 	}
 }
 
-// PlantSecondary makes what a crash between the ConfigMap and the Pod
-// leaves: the instance's ConfigMap with the marks and the instance label,
+// PlantSecondary makes what a Delete cut after the Pod (or a Pod removed
+// by hand) leaves: the instance's ConfigMap with the marks and the instance label,
 // and no Pod. One Create already made is left as it is.
 func (b *apiBackend) PlantSecondary(t *testing.T, instance string, marks provider.Marks) {
 	t.Helper()
