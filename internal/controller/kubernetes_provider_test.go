@@ -26,6 +26,9 @@ func TestKubernetesProviderApplyToDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its cache's watches hold requests open that the API server would
+	// wait for when it stops.
+	t.Cleanup(func() { _ = kp.Close() })
 	entry := &registry.Entry{Name: "pods", Type: "kubernetes", Provider: kp, Checker: kp, PollInterval: kubernetes.PollInterval}
 	d := newDirect(t, &staticProviders{entries: map[string]*registry.Entry{"pods": entry}})
 	d.create(newProxy("web", "pods"))

@@ -86,6 +86,7 @@ func TestSquidImageRunsTheProvidersPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = p.Close() }) // its cache's watches
 	name := "squid-image"
 	// With users, so the image's basic_ncsa_auth checks them against the
 	// mounted Secret, and reads it again when it is rotated in place.
