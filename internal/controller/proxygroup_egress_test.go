@@ -77,9 +77,7 @@ func TestProxyGroupEgressAddress(t *testing.T) {
 	if got := fp.Backend().AddressHolder(name); got != members[other].Status.ProviderID {
 		t.Fatalf("address on %q after the failover, want %s", got, members[other].Status.ProviderID)
 	}
-	if ev := evs.with(ReasonEgressAddressMoved); len(ev) != 2 || !strings.Contains(ev[1], "from member "+first) {
-		t.Errorf("%s events %q", ReasonEgressAddressMoved, ev)
-	}
+	evs.await(t, ReasonEgressAddressMoved, "", "from member "+first)
 	// Both instances were told changed after the failover, so their
 	// members read their addresses at once.
 	told := evs.toldChanged()

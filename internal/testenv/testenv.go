@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
 
@@ -366,6 +368,10 @@ func crdNames(crds []*apiextensionsv1.CustomResourceDefinition) string {
 // them: it starts it into *env, runs the tests, stops it and exits. Call it
 // from TestMain.
 func Main(m *testing.M, env **Env) {
+	// The managers the tests start log through controller-runtime's
+	// logger; left unset, its first use prints a stack ("log.SetLogger
+	// was never called") into the test output, where it reads as a crash.
+	ctrllog.SetLogger(logr.Discard())
 	e, err := New()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

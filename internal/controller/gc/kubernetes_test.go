@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/config"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 )
 
 // kubernetesEntry is a kubernetes provider entry built by the registry as
@@ -119,6 +121,20 @@ func TestKubernetesSecondariesCollected(t *testing.T) {
 	creatingName := provider.InstanceName(creating.Namespace, creating.Name, string(creating.UID), "s1")
 	w.plantObjects(instances, creatingName, string(creating.UID), false)
 
+	// The provider lists from a cache of its own objects: what the test
+	// planted behind its back is listed once its watch brought it (a
+	// collector pass that misses an object just made only collects it a
+	// pass later).
+	testenv.EventuallyNil(t, "the planted objects in the provider's listing", func() error {
+		list, err := e.Secondary.ListSecondary(context.Background())
+		if err != nil {
+			return err
+		}
+		if len(list) != 6 {
+			return fmt.Errorf("%d secondaries listed, want 6: %+v", len(list), list)
+		}
+		return nil
+	})
 	res := w.collect()
 	if res.SecondaryErr != nil || res.SecondariesListed != 6 || res.SecondariesYoung != 2 || len(res.SecondaryActions) != 0 {
 		t.Fatalf("first pass: %+v; want 6 secondaries listed (the live instance's ConfigMap, NetworkPolicy and Service, 2 orphaned, 1 in flight) and the 2 orphans young", res)
