@@ -257,3 +257,11 @@ func jsonTrue(v json.RawMessage) bool {
 	t := string(v)
 	return t != "" && t != "0" && t != "false" && t != "null"
 }
+
+// clip cuts s to n bytes at most, on a character boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-3], "") + "..."
+}

@@ -186,7 +186,7 @@ func TestUpdateGroupPeersFails(t *testing.T) {
 			m.e.fake.SetAgent(peersVMID, fakepve.Agent{Exec: &fakepve.ExecResult{ExitCode: 2,
 				Stderr: "/bin/sh: 1: cannot create /etc/keepalived/egress-proxy-peers.conf.new: Directory nonexistent\nsecond line\n"}})
 		}, class: provider.ErrTransient,
-			msg:   "VM 160: rewriting " + vrrp.PeersPath + " (guest pid 1187) exited 2: /bin/sh: 1: cannot create /etc/keepalived/egress-proxy-peers.conf.new: Directory nonexistent",
+			msg:   "VM 160: writing " + vrrp.PeersPath + " (guest pid 1187) exited 2: /bin/sh: 1: cannot create /etc/keepalived/egress-proxy-peers.conf.new: Directory nonexistent",
 			calls: slices.Concat(callsRead, callsExec)},
 		{name: "the command is killed", setup: func(m *peersMember) {
 			m.e.fake.SetAgent(peersVMID, fakepve.Agent{Exec: &fakepve.ExecResult{Signal: 9}})
