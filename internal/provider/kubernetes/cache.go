@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	clientset "k8s.io/client-go/kubernetes"
@@ -93,14 +92,6 @@ func ownerIndexFunc(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// cachedGVR is the API resource of each cached secondary kind.
-var cachedGVR = map[string]schema.GroupVersionResource{
-	"service":       corev1.SchemeGroupVersion.WithResource("services"),
-	"configmap":     corev1.SchemeGroupVersion.WithResource("configmaps"),
-	"secret":        corev1.SchemeGroupVersion.WithResource("secrets"),
-	"networkpolicy": {Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
-}
-
 // WatchInstances implements provider.InstanceWatcher.
 func (p *Provider) WatchInstances(changed func(id string)) { p.cache.changed.Store(&changed) }
 
@@ -138,8 +129,9 @@ func (p *Provider) startCache(c clientset.Interface, mc metadata.Interface) {
 			DeleteFunc: func(obj any) { oc.own.went("pod", obj); p.tellChanged(obj) },
 		})
 		oc.byKind = map[string]cache.SharedIndexInformer{}
-		for kind, gvr := range cachedGVR {
-			inf := metadatainformer.NewFilteredMetadataInformer(mc, gvr, p.cfg.Namespace, 0,
+		for _, k := range secondaryKinds {
+			kind := k.kind
+			inf := metadatainformer.NewFilteredMetadataInformer(mc, k.resource, p.cfg.Namespace, 0,
 				cache.Indexers{indexOwner: ownerIndexFunc}, tweak).Informer()
 			_ = inf.SetTransform(dropManagedFields)
 			_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -306,10 +298,10 @@ type objectKey struct{ kind, namespace, name string }
 // ownWrites are the provider's writes the cache has not seen yet.
 type ownWrites struct {
 	mu sync.Mutex
-	// creates are objects this provider is making or made, by their
-	// owner's UID, from before the request until the cache sees them (or
-	// the API server refused the request for certain).
-	creates map[objectKey]string
+	// creates are objects this provider is making or made, from before
+	// the request until the cache sees them (or the API server refused
+	// the request for certain).
+	creates map[objectKey]pendingCreate
 	// deleting are objects this provider deleted that the cache still
 	// shows, so a pass that comes before their end does not delete again.
 	deleting map[types.UID]bool
@@ -318,31 +310,64 @@ type ownWrites struct {
 	behindCache map[objectKey]bool
 }
 
+// pendingCreate is an own create the cache has not seen. The cache may
+// still show, or tell the end of, an older object under the same name (a
+// Secret deleted by hand and made again): only what this create made
+// settles it, known by its UID once the API server answered.
+type pendingCreate struct {
+	// owner is the UID mark of the Proxy it is for.
+	owner string
+	// uid is the made object's; "" while the request is out.
+	uid types.UID
+	// uncertain: no certain answer (a timeout, a 5xx, AlreadyExists):
+	// whatever the cache shows next under the name is what is there.
+	uncertain bool
+}
+
+// settledBy says an event of the cache for the object uid settles c.
+func (c pendingCreate) settledBy(uid types.UID) bool {
+	return c.uncertain || (c.uid != "" && c.uid == uid)
+}
+
 // creating records a create of k for owner, before its request.
 func (w *ownWrites) creating(k objectKey, owner string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.creates == nil {
-		w.creates = map[objectKey]string{}
+		w.creates = map[objectKey]pendingCreate{}
 	}
-	w.creates[k] = owner
+	w.creates[k] = pendingCreate{owner: owner}
 }
 
-// created settles a create by its outcome: one the API server refused for
-// certain will never be seen; one that was made, or may have been, stays
-// until the cache sees it.
-func (w *ownWrites) created(k objectKey, err error) {
-	if refusedForCertain(err) {
-		w.settle(k)
+// answered records the API server's answer to the create of k: the UID
+// it made, or no UID for an answer that leaves it uncertain.
+func (w *ownWrites) answered(k objectKey, uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c, ok := w.creates[k]; ok {
+		c.uid, c.uncertain = uid, uid == ""
+		w.creates[k] = c
 	}
 }
 
-// settle forgets k: the cache saw it, or a live read found it absent.
+// settle forgets k: the cache saw it, or the create was refused.
 func (w *ownWrites) settle(k objectKey) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.creates, k)
 	delete(w.behindCache, k)
+}
+
+// absent is a live read's NotFound for k: an object found behind the
+// cache is gone, and so is a create that was answered; one whose request
+// is still out may yet be made.
+func (w *ownWrites) absent(k objectKey) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.behindCache, k)
+	if c, ok := w.creates[k]; ok && (c.uid != "" || c.uncertain) {
+		delete(w.creates, k)
+	}
 }
 
 // behind records k, found live and missing from the cache.
@@ -368,8 +393,8 @@ func (w *ownWrites) unseen(k objectKey) bool {
 func (w *ownWrites) owes(kind, owner string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for k, o := range w.creates {
-		if k.kind == kind && (owner == "" || o == owner) {
+	for k, c := range w.creates {
+		if k.kind == kind && (owner == "" || c.owner == owner) {
 			return true
 		}
 	}
@@ -394,7 +419,7 @@ func (w *ownWrites) isDeleting(uid types.UID) bool {
 // seen is the cache's add or update of obj.
 func (w *ownWrites) seen(kind string, obj any) {
 	if m, err := meta.Accessor(obj); err == nil {
-		w.settle(objectKey{kind, m.GetNamespace(), m.GetName()})
+		w.saw(objectKey{kind, m.GetNamespace(), m.GetName()}, m.GetUID())
 	}
 }
 
@@ -407,10 +432,61 @@ func (w *ownWrites) went(kind string, obj any) {
 	if err != nil {
 		return
 	}
-	w.settle(objectKey{kind, m.GetNamespace(), m.GetName()})
+	w.saw(objectKey{kind, m.GetNamespace(), m.GetName()}, m.GetUID())
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.deleting, m.GetUID())
+}
+
+// saw is an event of the cache for k, the object uid: the cache now
+// vouches for k unless an own create of another object under the name is
+// pending.
+func (w *ownWrites) saw(k objectKey, uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.behindCache, k)
+	if c, ok := w.creates[k]; ok && c.settledBy(uid) {
+		delete(w.creates, k)
+	}
+}
+
+// createOwn makes an own object through do, recorded in ownWrites from
+// before the request until the cache has seen what it made.
+func createOwn[T metav1.Object](oc *objectCache, k objectKey, owner string, do func() (T, error)) (T, error) {
+	oc.own.creating(k, owner)
+	obj, err := do()
+	switch {
+	case err == nil:
+		oc.own.answered(k, obj.GetUID())
+		// The cache may have seen it before the answer came: its event
+		// found no UID to match.
+		if oc.holds(k, obj.GetUID()) {
+			oc.own.settle(k)
+		}
+	case refusedForCertain(err):
+		oc.own.settle(k)
+	default:
+		oc.own.answered(k, "")
+		if apierrors.IsAlreadyExists(err) && oc.holds(k, "") {
+			// The name's object is in the cache already: it vouches.
+			oc.own.settle(k)
+		}
+	}
+	return obj, err
+}
+
+// holds says the cache's store has k (with uid, unless "").
+func (oc *objectCache) holds(k objectKey, uid types.UID) bool {
+	inf := oc.informer(k.kind)
+	if inf == nil {
+		return false
+	}
+	item, exists, err := inf.GetIndexer().GetByKey(k.namespace + "/" + k.name)
+	if err != nil || !exists {
+		return false
+	}
+	m, err := meta.Accessor(item)
+	return err == nil && (uid == "" || m.GetUID() == uid)
 }
 
 // refusedForCertain says the API server answered err and made nothing: a

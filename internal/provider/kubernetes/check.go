@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	authzv1 "k8s.io/api/authorization/v1"
@@ -26,25 +27,26 @@ const checkTarget = "apiserver"
 // ListSecondary the Services, ConfigMaps, Secrets, NetworkPolicies and
 // PodDisruptionBudgets) and delete.
 // The instance watch adds watch on pods.
-var (
-	neededVerbs     = []string{"get", "list", "create", "patch", "delete"}
-	neededResources = []groupResource{{"", "pods"}, {"", "services"}, {"", "configmaps"}, {"", "secrets"},
-		{"networking.k8s.io", "networkpolicies"}, {"policy", "poddisruptionbudgets"}}
-	// The cache's informers (cache.go) list and watch these.
-	watchedResources = []groupResource{{"", "pods"}, {"", "services"}, {"", "configmaps"}, {"", "secrets"},
-		{"networking.k8s.io", "networkpolicies"}}
-)
+var neededVerbs = []string{"get", "list", "create", "patch", "delete"}
 
-// neededPermissions is every verb on every resource the provider uses.
+// neededPermissions is every verb on every resource the provider uses
+// (the Pod, its secondaries, a group's front), and watch on those its
+// cache's informers (cache.go) hold: the Pod and its secondaries.
 func neededPermissions() []permission {
 	var out []permission
-	for _, r := range neededResources {
+	seen := map[groupResource]bool{}
+	for _, k := range slices.Concat([]objectKind{podKind}, secondaryKinds, groupKinds) {
+		r := groupResource{k.resource.Group, k.resource.Resource}
+		if seen[r] {
+			continue
+		}
+		seen[r] = true
 		for _, verb := range neededVerbs {
 			out = append(out, permission{verb, r})
 		}
 	}
-	for _, r := range watchedResources {
-		out = append(out, permission{"watch", r})
+	for _, k := range slices.Concat([]objectKind{podKind}, secondaryKinds) {
+		out = append(out, permission{"watch", groupResource{k.resource.Group, k.resource.Resource}})
 	}
 	return out
 }
@@ -111,9 +113,11 @@ func (p *Provider) check(ctx context.Context) provider.CheckResult {
 	}
 	res.Details["missing"] = "none"
 	res.Healthy, res.Reason = true, provider.ReasonHealthy
-	names := make([]string, len(neededResources))
-	for i, r := range neededResources {
-		names[i] = r.resource
+	var names []string
+	for _, n := range neededPermissions() {
+		if !slices.Contains(names, n.resource) {
+			names = append(names, n.resource)
+		}
 	}
 	res.Message = fmt.Sprintf("API server %s reachable; may get, list, create, patch and delete %s in namespace %s",
 		v.GitVersion, strings.Join(names, ", "), shown)

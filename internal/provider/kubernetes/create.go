@@ -63,9 +63,9 @@ func (p *Provider) create(ctx context.Context, log logr.Logger, req provider.Cre
 	podKey := objectKey{"pod", s.namespace, s.name}
 	existing, found, _ := p.cache.pod(s.namespace, s.name)
 	if !found {
-		p.cache.own.creating(podKey, req.UID)
-		pod, err := pods.Create(ctx, p.buildPod(s), metav1.CreateOptions{})
-		p.cache.own.created(podKey, err)
+		pod, err := createOwn(&p.cache, podKey, req.UID, func() (*corev1.Pod, error) {
+			return pods.Create(ctx, p.buildPod(s), metav1.CreateOptions{})
+		})
 		switch {
 		case err == nil:
 			if err := p.ensureSecondary(ctx, c, s); err != nil {
@@ -135,9 +135,8 @@ func (p *Provider) ensureSecondary(ctx context.Context, c clientset.Interface, s
 
 func (p *Provider) ensureConfigMap(ctx context.Context, c clientset.Interface, s spec) error {
 	api := c.CoreV1().ConfigMaps(s.namespace)
-	return ensure(ctx, p, s, "configmap", func() error {
-		_, err := api.Create(ctx, p.buildConfigMap(s), metav1.CreateOptions{})
-		return err
+	return ensure(ctx, p, s, "configmap", func() (*corev1.ConfigMap, error) {
+		return api.Create(ctx, p.buildConfigMap(s), metav1.CreateOptions{})
 	}, func() (*corev1.ConfigMap, error) {
 		return api.Get(ctx, s.name, metav1.GetOptions{})
 	}, api.Patch)
@@ -145,14 +144,14 @@ func (p *Provider) ensureConfigMap(ctx context.Context, c clientset.Interface, s
 
 func (p *Provider) ensureService(ctx context.Context, c clientset.Interface, s spec) error {
 	api := c.CoreV1().Services(s.namespace)
-	return ensure(ctx, p, s, "service", func() error {
-		_, err := api.Create(ctx, p.buildService(s), metav1.CreateOptions{})
+	return ensure(ctx, p, s, "service", func() (*corev1.Service, error) {
+		svc, err := api.Create(ctx, p.buildService(s), metav1.CreateOptions{})
 		if isServiceRangeFull(err) {
 			// Said once here, where the fix is known; classify keeps the
 			// class (the API status is still in the chain).
-			return fmt.Errorf("the cluster's Service ClusterIP range is full (kube-apiserver's --service-cluster-ip-range; `kubectl get servicecidrs` shows it): set serviceType: %s on this entry, which needs no ClusterIP, or widen the range: %w", ServiceHeadless, err)
+			return svc, fmt.Errorf("the cluster's Service ClusterIP range is full (kube-apiserver's --service-cluster-ip-range; `kubectl get servicecidrs` shows it): set serviceType: %s on this entry, which needs no ClusterIP, or widen the range: %w", ServiceHeadless, err)
 		}
-		return err
+		return svc, err
 	}, func() (*corev1.Service, error) {
 		return api.Get(ctx, s.name, metav1.GetOptions{})
 	}, api.Patch)
@@ -163,12 +162,9 @@ func (p *Provider) ensureService(ctx context.Context, c clientset.Interface, s s
 // shape, so an existing one is used as it is), filling in its UID mark
 // when that is empty.
 func ensure[T metav1.Object](ctx context.Context, p *Provider, s spec, kind string,
-	create func() error, get func() (T, error), patch patchFunc[T]) error {
+	create func() (T, error), get func() (T, error), patch patchFunc[T]) error {
 	what := kind + " " + instanceID(s.namespace, s.name)
-	key := objectKey{kind, s.namespace, s.name}
-	p.cache.own.creating(key, s.req.UID)
-	err := create()
-	p.cache.own.created(key, err)
+	_, err := createOwn(&p.cache, objectKey{kind, s.namespace, s.name}, s.req.UID, create)
 	if err == nil {
 		return nil
 	}

@@ -57,7 +57,7 @@ func (p *Provider) readPod(ctx context.Context, c clientset.Interface, namespace
 	}
 	pod, err := c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		p.cache.own.settle(objectKey{"pod", namespace, name})
+		p.cache.own.absent(objectKey{"pod", namespace, name})
 	}
 	if err != nil {
 		return nil, classify(err, "reading pod "+id)

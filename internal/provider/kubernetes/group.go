@@ -219,12 +219,12 @@ func groupEndpoint(f front) string {
 // secondaryKinds: an instance's Delete never looks for them, and
 // ListOwnedSecondaries (a Proxy's objects) never lists them.
 var groupKinds = []objectKind{
-	kindOf[corev1.Service](kindGroupService,
+	kindOf[corev1.Service](kindGroupService, corev1.SchemeGroupVersion.WithResource("services"),
 		func(c clientset.Interface, ns string) typedClient[corev1.Service, corev1.ServiceList] {
 			return c.CoreV1().Services(ns)
 		},
 		func(l *corev1.ServiceList) ([]corev1.Service, string) { return l.Items, l.Continue }),
-	kindOf[policyv1.PodDisruptionBudget](kindGroupPDB,
+	kindOf[policyv1.PodDisruptionBudget](kindGroupPDB, policyv1.SchemeGroupVersion.WithResource("poddisruptionbudgets"),
 		func(c clientset.Interface, ns string) typedClient[policyv1.PodDisruptionBudget, policyv1.PodDisruptionBudgetList] {
 			return c.PolicyV1().PodDisruptionBudgets(ns)
 		},

@@ -62,9 +62,8 @@ func (p *Provider) buildNetworkPolicy(s spec) *networkingv1.NetworkPolicy {
 // one already there when it passes the adoption rule.
 func (p *Provider) ensureNetworkPolicy(ctx context.Context, c clientset.Interface, s spec) error {
 	api := c.NetworkingV1().NetworkPolicies(s.namespace)
-	return ensure(ctx, p, s, "networkpolicy", func() error {
-		_, err := api.Create(ctx, p.buildNetworkPolicy(s), metav1.CreateOptions{})
-		return err
+	return ensure(ctx, p, s, "networkpolicy", func() (*networkingv1.NetworkPolicy, error) {
+		return api.Create(ctx, p.buildNetworkPolicy(s), metav1.CreateOptions{})
 	}, func() (*networkingv1.NetworkPolicy, error) {
 		return api.Get(ctx, s.name, metav1.GetOptions{})
 	}, api.Patch)

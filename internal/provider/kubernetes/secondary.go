@@ -29,6 +29,9 @@ var (
 // instance is named after it and carries its marks.
 type objectKind struct {
 	kind string
+	// resource is the kind's API resource (the cache's informers, the
+	// permissions Check asks for).
+	resource schema.GroupVersionResource
 	// list returns one page of the kind's objects in ns ("" for every
 	// namespace) and the continue token.
 	list func(ctx context.Context, c clientset.Interface, ns string, opts metav1.ListOptions) ([]metav1.Object, string, error)
@@ -48,9 +51,9 @@ type typedClient[T, L any] interface {
 func kindOf[T any, PT interface {
 	*T
 	metav1.Object
-}, L any](kind string, api func(c clientset.Interface, ns string) typedClient[T, L], items func(*L) ([]T, string)) objectKind {
+}, L any](kind string, resource schema.GroupVersionResource, api func(c clientset.Interface, ns string) typedClient[T, L], items func(*L) ([]T, string)) objectKind {
 	return objectKind{
-		kind: kind,
+		kind: kind, resource: resource,
 		list: func(ctx context.Context, c clientset.Interface, ns string, opts metav1.ListOptions) ([]metav1.Object, string, error) {
 			l, err := api(c, ns).List(ctx, opts)
 			if err != nil {
@@ -77,7 +80,7 @@ func kindOf[T any, PT interface {
 }
 
 // podKind is the instance itself.
-var podKind = kindOf[corev1.Pod]("pod",
+var podKind = kindOf[corev1.Pod]("pod", corev1.SchemeGroupVersion.WithResource("pods"),
 	func(c clientset.Interface, ns string) typedClient[corev1.Pod, corev1.PodList] {
 		return c.CoreV1().Pods(ns)
 	},
@@ -86,28 +89,28 @@ var podKind = kindOf[corev1.Pod]("pod",
 // secondaryKinds are the objects the provider makes beside each Pod, in the
 // order Delete removes them (after the Pod). A kind added to Create is
 // added here, and Delete, ListSecondary and DeleteSecondary cover it; the
-// RBAC component and Check's neededResources grant and check its verbs.
+// RBAC component and Check's neededPermissions grant and check its verbs.
 var secondaryKinds = []objectKind{
-	kindOf[corev1.Service]("service",
+	kindOf[corev1.Service]("service", corev1.SchemeGroupVersion.WithResource("services"),
 		func(c clientset.Interface, ns string) typedClient[corev1.Service, corev1.ServiceList] {
 			return c.CoreV1().Services(ns)
 		},
 		func(l *corev1.ServiceList) ([]corev1.Service, string) { return l.Items, l.Continue }),
-	kindOf[corev1.ConfigMap]("configmap",
+	kindOf[corev1.ConfigMap]("configmap", corev1.SchemeGroupVersion.WithResource("configmaps"),
 		func(c clientset.Interface, ns string) typedClient[corev1.ConfigMap, corev1.ConfigMapList] {
 			return c.CoreV1().ConfigMaps(ns)
 		},
 		func(l *corev1.ConfigMapList) ([]corev1.ConfigMap, string) { return l.Items, l.Continue }),
 	// Only a Proxy with clientAuth, or of an entry with an egressIPEcho
 	// (the echo token), has one.
-	kindOf[corev1.Secret]("secret",
+	kindOf[corev1.Secret]("secret", corev1.SchemeGroupVersion.WithResource("secrets"),
 		func(c clientset.Interface, ns string) typedClient[corev1.Secret, corev1.SecretList] {
 			return c.CoreV1().Secrets(ns)
 		},
 		func(l *corev1.SecretList) ([]corev1.Secret, string) { return l.Items, l.Continue }),
 	// Last: the Pod it fences is already going (and Squid's own ACL admits
 	// the same ranges while it shuts down).
-	kindOf[networkingv1.NetworkPolicy]("networkpolicy",
+	kindOf[networkingv1.NetworkPolicy]("networkpolicy", networkingv1.SchemeGroupVersion.WithResource("networkpolicies"),
 		func(c clientset.Interface, ns string) typedClient[networkingv1.NetworkPolicy, networkingv1.NetworkPolicyList] {
 			return c.NetworkingV1().NetworkPolicies(ns)
 		},
@@ -385,7 +388,7 @@ func (p *Provider) readObject(ctx context.Context, c clientset.Interface, k obje
 	}
 	obj, err := k.get(ctx, c, namespace, name)
 	if apierrors.IsNotFound(err) {
-		p.cache.own.settle(objectKey{k.kind, namespace, name})
+		p.cache.own.absent(objectKey{k.kind, namespace, name})
 	}
 	return obj, err
 }

@@ -59,10 +59,10 @@ func (p *Provider) ensureSecret(ctx context.Context, c clientset.Interface, s sp
 	}
 	api := c.CoreV1().Secrets(s.namespace)
 	created := false
-	err := ensure(ctx, p, s, "secret", func() error {
-		_, err := api.Create(ctx, p.buildSecret(s), metav1.CreateOptions{})
+	err := ensure(ctx, p, s, "secret", func() (*corev1.Secret, error) {
+		sec, err := api.Create(ctx, p.buildSecret(s), metav1.CreateOptions{})
 		created = err == nil
-		return err
+		return sec, err
 	}, func() (*corev1.Secret, error) {
 		return api.Get(ctx, s.name, metav1.GetOptions{})
 	}, api.Patch)
@@ -147,7 +147,10 @@ func (p *Provider) remakeSecret(ctx context.Context, c clientset.Interface, ns, 
 		Annotations:     onlyKeys(pod.Annotations, reservedPodAnnotations),
 		OwnerReferences: pod.OwnerReferences,
 	}, users, token)
-	if _, err := c.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+	owner := provider.MarksFromLabels(pod.Labels).UID
+	if _, err := createOwn(&p.cache, objectKey{"secret", ns, name}, owner, func() (*corev1.Secret, error) {
+		return c.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{})
+	}); err != nil {
 		// AlreadyExists: a concurrent call made it; the next pass compares.
 		return "", classify(err, "creating secret "+id)
 	}
