@@ -60,19 +60,39 @@ func (b *bench) profile(ctx context.Context, prefix string) {
 		first, _, _ := strings.Cut(string(g), "\n")
 		b.out.put(prefix+"_goroutines", strings.TrimPrefix(first, "goroutine profile: total "))
 	}
+	// The heap by holder (holders.go), from the profile's samples: what
+	// they cover of the heap in use is printed beside it.
+	heap, heapErr := get("heap?gc=1")
+	if heapErr == nil {
+		if by, err := heapByHolder(heap); err == nil {
+			var total int64
+			for _, v := range by {
+				total += v
+			}
+			b.out.float(prefix+"_heap_sampled_mib", float64(total)/(1<<20))
+			b.out.put(prefix+"_heap_by_holder", formatHolders(by))
+		} else {
+			b.out.put(prefix+"_heap_by_holder", "unknown: "+err.Error())
+		}
+	}
 	if b.opts.profileDir == "" {
 		return
 	}
-	for _, p := range []string{"heap", "goroutine"} {
-		raw, err := get(p)
+	goroutines, goroutinesErr := get("goroutine")
+	for _, p := range []struct {
+		name string
+		raw  []byte
+		err  error
+	}{{"heap", heap, heapErr}, {"goroutine", goroutines, goroutinesErr}} {
+		err := p.err
 		if err == nil {
-			path := filepath.Join(b.opts.profileDir, prefix+"."+p+".pprof")
-			if err = os.WriteFile(path, raw, 0o600); err == nil {
-				b.out.put(prefix+"_"+p+"_profile", path)
+			path := filepath.Join(b.opts.profileDir, prefix+"."+p.name+".pprof")
+			if err = os.WriteFile(path, p.raw, 0o600); err == nil {
+				b.out.put(prefix+"_"+p.name+"_profile", path)
 				continue
 			}
 		}
-		b.out.put(prefix+"_"+p+"_profile", "unknown: "+err.Error())
+		b.out.put(prefix+"_"+p.name+"_profile", "unknown: "+err.Error())
 	}
 }
 
