@@ -432,3 +432,36 @@ func TestOwnCreateSettledOnlyByWhatItMade(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnerIndex (issue 25): the owner index follows the marks through
+// adds, a mark filled in by adoption, a mark changed and deletes, per
+// kind, and forgets an owner with nothing left.
+func TestOwnerIndex(t *testing.T) {
+	var x ownerIndex
+	cm := objectKey{"configmap", "ns", "proxy-a"}
+	svc := objectKey{"service", "ns", "proxy-a"}
+	other := objectKey{"configmap", "ns", "proxy-b"}
+	x.moved(cm, "", "uid-a")
+	x.moved(svc, "", "uid-a")
+	x.moved(other, "", "") // no mark yet
+	x.moved(cm, "uid-a", "uid-a")
+	if got := x.of("configmap", "uid-a"); !slices.Equal(got, []objectKey{cm}) {
+		t.Errorf("configmaps of uid-a %v, want [%v] once", got, cm)
+	}
+	x.moved(other, "", "uid-a") // adoption filled the mark in
+	if got := x.of("configmap", "uid-a"); len(got) != 2 || !slices.Contains(got, other) {
+		t.Errorf("after the mark was filled in: %v, want %v and %v", got, cm, other)
+	}
+	x.moved(other, "uid-a", "uid-b")
+	if got := x.of("configmap", "uid-b"); !slices.Equal(got, []objectKey{other}) {
+		t.Errorf("configmaps of uid-b %v, want [%v]", got, other)
+	}
+	x.moved(cm, "uid-a", "")
+	x.moved(svc, "uid-a", "")
+	if got := x.of("service", "uid-a"); len(got) != 0 {
+		t.Errorf("services of uid-a after its delete: %v", got)
+	}
+	if _, ok := x.keys["uid-a"]; ok {
+		t.Errorf("uid-a kept with nothing left: %v", x.keys)
+	}
+}
