@@ -42,6 +42,7 @@ var holderRules = []holderRule{
 	// The decoded object's own struct: made before any Unmarshal frame.
 	{"k8s.io/apimachinery/pkg/runtime/serializer/protobuf", holderProviderCache},
 	{"k8s.io/client-go/tools/cache.(*storeIndex)", holderIndexes},
+	{"internal/provider/kubernetes.(*ownerIndex)", holderIndexes},
 	{"k8s.io/client-go/tools/cache.(*threadSafeMap)", holderStores},
 	{"sigs.k8s.io/json", holderProxies},
 	{"k8s.io/apimachinery/pkg/runtime/serializer/json", holderProxies},

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -463,5 +465,63 @@ func TestOwnerIndex(t *testing.T) {
 	}
 	if _, ok := x.keys["uid-a"]; ok {
 		t.Errorf("uid-a kept with nothing left: %v", x.keys)
+	}
+}
+
+// TestSlimPod (issue 25): what the cache holds of a Pod reads back as the
+// Pod the provider needs (its instance, serving signal, echo port and
+// deletion), without what no read needs (annotations, owner references,
+// the other conditions and containers, the spec's rest), and each read is
+// a copy of its own.
+func TestSlimPod(t *testing.T) {
+	deleting := metav1.Now()
+	full := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "proxy-a", UID: "pod-uid", ResourceVersion: "7",
+			Labels:            map[string]string{provider.MarkUID: "uid-a", labelInstance: "proxy-a"},
+			Annotations:       map[string]string{annotationProxy: "team/a"},
+			OwnerReferences:   []metav1.OwnerReference{{Name: "a", UID: "uid-a"}},
+			ManagedFields:     []metav1.ManagedFieldsEntry{{Manager: "m"}},
+			DeletionTimestamp: &deleting,
+		},
+		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{
+			{Name: "squid", Image: "squid:6", Ports: []corev1.ContainerPort{{ContainerPort: 3128}}},
+			{Name: "echo", Image: "echo:1"},
+		}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.2.3", PodIPs: []corev1.PodIP{{IP: "10.1.2.3"}},
+			Conditions: []corev1.PodCondition{
+				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+				{Type: corev1.PodReady, Status: corev1.ConditionTrue, Message: "long text"},
+			}},
+	}
+	held, err := slimPod(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, ok := held.(*cachedPod)
+	if !ok {
+		t.Fatalf("slimPod kept a %T", held)
+	}
+	got := cp.pod()
+	want := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "proxy-a", UID: "pod-uid", ResourceVersion: "7",
+			Labels: full.Labels, DeletionTimestamp: &deleting},
+		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{
+			{Name: "squid", Ports: []corev1.ContainerPort{{ContainerPort: 3128}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.2.3", PodIPs: []corev1.PodIP{{IP: "10.1.2.3"}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("the cached Pod reads back as\n%+v\nwant\n%+v", got, want)
+	}
+	if instanceOf(got) != instanceOf(full) {
+		t.Errorf("instanceOf the cached Pod %+v, of the Pod %+v", instanceOf(got), instanceOf(full))
+	}
+	got.Labels["changed"] = "by a caller"
+	got.Spec.Containers[0].Ports[0].ContainerPort = 1
+	if again := cp.pod(); again.Labels["changed"] != "" || again.Spec.Containers[0].Ports[0].ContainerPort != 3128 {
+		t.Errorf("a caller's change reached the cache: %+v", again)
+	}
+	if c, ok := cp.DeepCopyObject().(*cachedPod); !ok || !equality.Semantic.DeepEqual(c.pod(), cp.pod()) {
+		t.Errorf("DeepCopyObject: %+v", c)
 	}
 }
