@@ -135,6 +135,13 @@ func (x *ownerIndex) of(kind, uid string) []objectKey {
 	return out
 }
 
+// has says the index holds k under uid.
+func (x *ownerIndex) has(k objectKey, uid string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return slices.Contains(x.keys[uid], k)
+}
+
 // keyAndOwner is obj's key as kind and its UID mark.
 func keyAndOwner(kind string, obj any) (objectKey, string, bool) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -287,15 +294,24 @@ func (oc *objectCache) lookup(kind, namespace, name string) (obj metav1.Object, 
 	if inf == nil || !oc.synced() || oc.own.unseen(objectKey{kind, namespace, name}) {
 		return nil, false, false
 	}
-	item, exists, err := inf.GetIndexer().GetByKey(namespace + "/" + name)
-	if err != nil || !exists {
-		return nil, false, err == nil
-	}
-	m, err := meta.Accessor(item)
+	m, found, err := stored(inf, namespace, name)
 	if err != nil {
 		return nil, false, false
 	}
-	return m, true, true
+	return m, found, true
+}
+
+// stored is the object the informer's store holds at namespace/name.
+func stored(inf cache.SharedIndexInformer, namespace, name string) (metav1.Object, bool, error) {
+	item, exists, err := inf.GetIndexer().GetByKey(namespace + "/" + name)
+	if err != nil || !exists {
+		return nil, false, err
+	}
+	m, err := meta.Accessor(item)
+	if err != nil {
+		return nil, false, err
+	}
+	return m, true, nil
 }
 
 // pod is lookup for the Pod; found only with a *corev1.Pod.
@@ -318,19 +334,19 @@ func (oc *objectCache) owned(kind, uid string) ([]metav1.Object, bool) {
 	if inf == nil || !oc.synced() || oc.own.owes(kind, uid) {
 		return nil, false
 	}
-	var items []any
+	var out []metav1.Object
 	for _, k := range oc.owners.of(kind, uid) {
-		item, exists, err := inf.GetIndexer().GetByKey(k.namespace + "/" + k.name)
+		m, found, err := stored(inf, k.namespace, k.name)
 		if err != nil {
 			return nil, false
 		}
 		// The index follows the store by a handler's call: what the
 		// store holds now decides.
-		if m, err := meta.Accessor(item); exists && err == nil && m.GetLabels()[provider.MarkUID] == uid {
-			items = append(items, item)
+		if found && m.GetLabels()[provider.MarkUID] == uid {
+			out = append(out, m)
 		}
 	}
-	return accessors(items)
+	return out, true
 }
 
 // all lists every cached object of kind; known as for owned, with no own
@@ -641,18 +657,22 @@ func createOwn[T metav1.Object](oc *objectCache, k objectKey, owner string, do f
 	return obj, err
 }
 
-// holds says the cache's store has k (with uid, unless "").
+// holds says the cache has seen k (with uid, unless ""): its store has
+// it and, for a kind with an owner index, the index too. The store is
+// written before the handlers run, and an owner listing the cache answers
+// once the create is settled must find the object.
 func (oc *objectCache) holds(k objectKey, uid types.UID) bool {
 	inf := oc.informer(k.kind)
 	if inf == nil {
 		return false
 	}
-	item, exists, err := inf.GetIndexer().GetByKey(k.namespace + "/" + k.name)
-	if err != nil || !exists {
+	m, found, err := stored(inf, k.namespace, k.name)
+	if err != nil || !found || (uid != "" && m.GetUID() != uid) {
 		return false
 	}
-	m, err := meta.Accessor(item)
-	return err == nil && (uid == "" || m.GetUID() == uid)
+	_, indexed := oc.byKind[k.kind]
+	owner := m.GetLabels()[provider.MarkUID]
+	return !indexed || owner == "" || oc.owners.has(k, owner)
 }
 
 // refusedForCertain says the API server answered err and made nothing: a

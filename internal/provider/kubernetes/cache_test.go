@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
@@ -523,5 +524,36 @@ func TestSlimPod(t *testing.T) {
 	}
 	if c, ok := cp.DeepCopyObject().(*cachedPod); !ok || !equality.Semantic.DeepEqual(c.pod(), cp.pod()) {
 		t.Errorf("DeepCopyObject: %+v", c)
+	}
+}
+
+// TestCreateSettledOnlyOnceIndexed (issue 25): an informer's store is
+// written before its handlers run, so a create whose object the store
+// already holds when the API server's answer comes is settled only once
+// the owner index has it too; else an owner listing the cache answered
+// in between would miss the object just made.
+func TestCreateSettledOnlyOnceIndexed(t *testing.T) {
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+	oc := &objectCache{byKind: map[string]cache.SharedIndexInformer{"configmap": inf}}
+	k := objectKey{"configmap", "ns", "proxy-a"}
+	made := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "proxy-a", UID: "new",
+		Labels: map[string]string{provider.MarkUID: "uid-a"}}}
+	if _, err := createOwn(oc, k, "uid-a", func() (*metav1.PartialObjectMetadata, error) {
+		// The store has it before the answer; the handler has not run.
+		if err := inf.GetIndexer().Add(made); err != nil {
+			t.Fatal(err)
+		}
+		return made, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !oc.own.unseen(k) || !oc.own.owes("configmap", "uid-a") {
+		t.Fatal("settled while the owner index lacks the object")
+	}
+	// The handler: the index first, then the settle.
+	oc.owners.moved(k, "", "uid-a")
+	oc.own.seen("configmap", made)
+	if oc.own.unseen(k) {
+		t.Error("not settled once the handler saw it")
 	}
 }

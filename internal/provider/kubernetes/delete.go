@@ -39,7 +39,7 @@ func (p *Provider) delete(ctx context.Context, id string) ([]string, error) {
 	// An instance the cache cannot vouch for (found live behind its back,
 	// or made by this provider and not seen yet) is read live, all its
 	// objects.
-	_, _, known := p.cache.pod(ns, name)
+	_, _, known := p.cache.lookup("pod", ns, name)
 	// Never touch what another installation or a human made.
 	return p.deleteNamed(ctx, c, kinds, ns, name, p.ours, !known)
 }

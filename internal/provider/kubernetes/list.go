@@ -72,7 +72,7 @@ func (p *Provider) ListOwnedInstances(ctx context.Context, uid string) ([]provid
 	}
 	for _, in := range list {
 		ns, name, _ := strings.Cut(in.ID, "/")
-		if _, found, _ := p.cache.pod(ns, name); !found {
+		if _, found, _ := p.cache.lookup("pod", ns, name); !found {
 			p.cache.own.behind(objectKey{"pod", ns, name})
 		}
 	}
