@@ -482,16 +482,18 @@ func (s *imageStream) stop() {
 
 // progressMeter turns byte counts into progress lines: the first and the
 // last always, in between at most one per progressEvery and only when the
-// MiB figure changed.
+// MiB figure changed; never the same line twice (4.96 MiB and 5.0 MiB are
+// two MiB figures but one "5.0" on the line).
 type progressMeter struct {
 	name  string
 	total int64 // -1 when unknown
 	now   func() time.Time
 	emit  func(string)
 
-	last    time.Time
-	lastMiB int64
-	started bool
+	last     time.Time
+	lastMiB  int64
+	lastLine string
+	started  bool
 }
 
 func (m *progressMeter) report(n int64, force bool) {
@@ -499,12 +501,16 @@ func (m *progressMeter) report(n int64, force bool) {
 	if !force && m.started && (n>>20 == m.lastMiB || t.Sub(m.last) < progressEvery) {
 		return
 	}
-	m.started, m.last, m.lastMiB = true, t, n>>20
+	line := fmt.Sprintf("downloading image %s: %s MiB", m.name, mib(n))
 	if m.total > 0 {
-		m.emit(fmt.Sprintf("downloading image %s: %s/%s MiB", m.name, mib(n), mib(m.total)))
-	} else {
-		m.emit(fmt.Sprintf("downloading image %s: %s MiB", m.name, mib(n)))
+		line = fmt.Sprintf("downloading image %s: %s/%s MiB", m.name, mib(n), mib(m.total))
 	}
+	m.started, m.last, m.lastMiB = true, t, n>>20
+	if line == m.lastLine {
+		return
+	}
+	m.lastLine = line
+	m.emit(line)
 }
 
 // mib formats a byte count in MiB: whole ones from 10 MiB, else with one

@@ -697,6 +697,38 @@ func TestImageDownloadProgress(t *testing.T) {
 	}
 }
 
+// The meter never shows one line twice, however the reads fall: reads
+// landing at 4.96 MiB (MiB figure 4) and at 5.0 MiB (figure 5) both print
+// "5.0", as CI saw when the upload read large chunks.
+func TestProgressMeterLines(t *testing.T) {
+	const total = 5<<20 + 1000
+	for _, tc := range []struct {
+		name  string
+		reads []int64 // byte counts seen, a second apart; the last is forced
+		want  []string
+	}{
+		{"one read per MiB", []int64{0, 1 << 20, 2 << 20, 3 << 20, 4 << 20, total},
+			[]string{"0.0", "1.0", "2.0", "3.0", "4.0", "5.0"}},
+		{"large reads straddling the rounding", []int64{0, 1150000, 2600000, 3900000, 5200000, 5243000, total},
+			[]string{"0.0", "1.1", "2.5", "3.7", "5.0"}},
+		{"within one MiB", []int64{0, 100, 200, total},
+			[]string{"0.0", "5.0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := time.Unix(1e9, 0)
+			var got []string
+			m := &progressMeter{name: "img", total: total, now: func() time.Time { clock = clock.Add(time.Second); return clock },
+				emit: func(s string) { got = append(got, strings.TrimSuffix(strings.TrimPrefix(s, "downloading image img: "), "/5.0 MiB")) }}
+			for i, n := range tc.reads {
+				m.report(n, i == 0 || i == len(tc.reads)-1)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("lines %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // The download is a libvirt.download span under the operation's, with the
 // URL's host, the configured digest and the byte count, and the upload's
 // RPC span is its child.
