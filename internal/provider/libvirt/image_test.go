@@ -718,7 +718,9 @@ func TestProgressMeterLines(t *testing.T) {
 			clock := time.Unix(1e9, 0)
 			var got []string
 			m := &progressMeter{name: "img", total: total, now: func() time.Time { clock = clock.Add(time.Second); return clock },
-				emit: func(s string) { got = append(got, strings.TrimSuffix(strings.TrimPrefix(s, "downloading image img: "), "/5.0 MiB")) }}
+				emit: func(s string) {
+					got = append(got, strings.TrimSuffix(strings.TrimPrefix(s, "downloading image img: "), "/5.0 MiB"))
+				}}
 			for i, n := range tc.reads {
 				m.report(n, i == 0 || i == len(tc.reads)-1)
 			}
