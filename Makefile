@@ -240,7 +240,7 @@ soak: build envtest-assets ## Crash soak: Proxy cycles while the operator is SIG
 BENCH_FLAGS ?=
 
 .PHONY: bench-fleet
-bench-fleet: build envtest-assets ## Fleet benchmark: the API server's floor and the operator on N Proxies per provider, `key: value` figures (N=1000 PROVIDERS=local,kubernetes BENCH_MANAGER_FLAGS= BENCH_MANAGER_GOMEMLIMIT=; docs/performance.md).
+bench-fleet: build envtest-assets ## Fleet benchmark: the API server's floor and the operator on N Proxies per provider, `key: value` figures (N=1000 PROVIDERS=local,kubernetes BENCH_MANAGER_FLAGS= BENCH_MANAGER_MEMORY_LIMIT= BENCH_MANAGER_GOMEMLIMIT=; docs/performance.md).
 	$(GO) build -o $(LOCALBIN)/benchfleet ./test/benchfleet
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" $(LOCALBIN)/benchfleet --manager $(LOCALBIN)/manager $(BENCH_FLAGS)
 

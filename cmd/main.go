@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -21,12 +22,29 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	o.PodName, o.PodNamespace = os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
 
-	if err := run(o); err != nil {
+	err := setGoMemoryLimit()
+	if err == nil {
+		err = run(o)
+	}
+	if err != nil {
 		// Plain text, no stack trace: these are mostly configuration errors
 		// a human reads at start.
 		fmt.Fprintln(os.Stderr, "egress-proxies-operator:", err)
 		os.Exit(1)
 	}
+}
+
+// setGoMemoryLimit keeps the Go runtime under goMemoryShare of the
+// container's memory limit (config/manager/manager.yaml passes it in
+// MEMORY_LIMIT).
+func setGoMemoryLimit() error {
+	n, err := goMemoryLimit(os.Getenv("GOMEMLIMIT"), os.Getenv("MEMORY_LIMIT"))
+	if err != nil || n == 0 {
+		return err
+	}
+	debug.SetMemoryLimit(n)
+	ctrl.Log.WithName("setup").Info("Go memory limit set", "bytes", n, "containerLimit", os.Getenv("MEMORY_LIMIT"), "share", goMemoryShare)
+	return nil
 }
 
 func run(o operator.Options) error {

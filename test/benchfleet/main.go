@@ -67,9 +67,13 @@ type options struct {
 	// alone: set for the whole bench it would slow kube-apiserver and
 	// etcd (Go programs too) and the floor with them.
 	managerMemLimit string
-	kubeQPS         float64
-	keep            bool
-	profileDir      string
+	// managerContainerLimit is the container memory limit the manager is
+	// told of (MEMORY_LIMIT, as config/manager/manager.yaml passes
+	// limits.memory); it sets its own Go limit from it.
+	managerContainerLimit string
+	kubeQPS               float64
+	keep                  bool
+	profileDir            string
 }
 
 func main() {
@@ -83,7 +87,8 @@ func main() {
 	fs.IntVar(&o.concurrency, "concurrency", envInt("BENCH_CONCURRENCY", 100), "requests the bench's own client sends at once (the floor's lifecycles, the Proxies' creates and deletes; env BENCH_CONCURRENCY)")
 	fs.DurationVar(&o.phaseTimeout, "phase-timeout", 0, "longest wait for one phase (all Ready, all gone); 0 means 5m + 100ms per object")
 	fs.StringVar(&managerFlags, "manager-flags", os.Getenv("BENCH_MANAGER_FLAGS"), "more flags for the manager, space-separated, e.g. --kube-api-qps=-1 (env BENCH_MANAGER_FLAGS)")
-	fs.StringVar(&o.managerMemLimit, "manager-gomemlimit", os.Getenv("BENCH_MANAGER_GOMEMLIMIT"), "the manager's GOMEMLIMIT, e.g. 128MiB, as config/manager/manager.yaml sets it from the container's memory limit; empty: none (env BENCH_MANAGER_GOMEMLIMIT)")
+	fs.StringVar(&o.managerMemLimit, "manager-gomemlimit", os.Getenv("BENCH_MANAGER_GOMEMLIMIT"), "the manager's GOMEMLIMIT, e.g. 128MiB, which wins over -manager-memory-limit; empty: none (env BENCH_MANAGER_GOMEMLIMIT)")
+	fs.StringVar(&o.managerContainerLimit, "manager-memory-limit", os.Getenv("BENCH_MANAGER_MEMORY_LIMIT"), "the container memory limit the manager is told of, e.g. 256Mi, as the Deployment passes limits.memory in MEMORY_LIMIT (the manager keeps Go under 80% of it); empty: none (env BENCH_MANAGER_MEMORY_LIMIT)")
 	fs.Float64Var(&o.kubeQPS, "kube-client-qps", envFloat("BENCH_KUBE_CLIENT_QPS", 0), "the kubernetes provider entry's clientQPS (clientBurst twice it); 0 keeps the provider's default (env BENCH_KUBE_CLIENT_QPS)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (the managers' logs, etcd data)")
 	fs.StringVar(&o.profileDir, "profile-dir", os.Getenv("BENCH_PROFILE_DIR"), "save the manager's heap and goroutine profiles, taken once every Proxy is Ready, in this `directory` (env BENCH_PROFILE_DIR)")
@@ -200,6 +205,9 @@ func (b *bench) run(ctx context.Context) error {
 	b.out.put("manager_extra_flags", fmt.Sprintf("%q", strings.Join(b.opts.managerFlags, " ")))
 	if b.opts.managerMemLimit != "" {
 		b.out.put("manager_gomemlimit", b.opts.managerMemLimit)
+	}
+	if b.opts.managerContainerLimit != "" {
+		b.out.put("manager_memory_limit", b.opts.managerContainerLimit)
 	}
 	if b.env, err = childproc.StartControlPlane(b.tmp, b.opts.crdDir, "`make bench-fleet`", b.progress); err != nil {
 		return err

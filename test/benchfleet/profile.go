@@ -86,6 +86,9 @@ func (b *bench) profile(ctx context.Context, prefix string) {
 	}{{"heap", heap, heapErr}, {"goroutine", goroutines, goroutinesErr}} {
 		err := p.err
 		if err == nil {
+			err = os.MkdirAll(b.opts.profileDir, 0o700)
+		}
+		if err == nil {
 			path := filepath.Join(b.opts.profileDir, prefix+"."+p.name+".pprof")
 			if err = os.WriteFile(path, p.raw, 0o600); err == nil {
 				b.out.put(prefix+"_"+p.name+"_profile", path)

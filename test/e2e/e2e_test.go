@@ -100,6 +100,7 @@ func TestE2E(t *testing.T) {
 	t.Run("ProxyGroupFailover", cl.testProxyGroup)
 	t.Run("SquidPodRestricted", cl.testSquidPodRestricted)
 	t.Run("DeleteRemovesObjects", cl.testDeleteRemovesObjects)
+	t.Run("GoMemoryLimitFromTheContainer", cl.testGoMemoryLimit)
 	t.Run("FinalizerBypassGarbageCollected", cl.testFinalizerBypass)
 	t.Run("LeaderKilled", cl.testLeaderKilled)
 	t.Run("LeaderSIGKILLed", cl.testLeaderSIGKILLed)
@@ -874,6 +875,32 @@ func (cl *cluster) waitGone(t *testing.T, p *egressv1.Proxy) {
 		}
 		return nil
 	})
+}
+
+// testGoMemoryLimit: the manager read the container's memory limit from
+// the downward API (MEMORY_LIMIT) and keeps Go under 80% of it.
+func (cl *cluster) testGoMemoryLimit(t *testing.T) {
+	for _, pod := range cl.operatorPods(t) {
+		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		limit := pod.Spec.Containers[0].Resources.Limits.Memory().Value()
+		want := fmt.Sprintf(`"bytes":%d,`, int64(float64(limit)*0.8))
+		logs, err := cl.kubectlOut(t, "-n", operatorNamespace, "logs", pod.Name, "-c", "manager")
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := ""
+		for l := range strings.SplitSeq(logs, "\n") {
+			if strings.Contains(l, "Go memory limit set") {
+				line = l
+			}
+		}
+		if limit <= 0 || !strings.Contains(line, want) {
+			t.Fatalf("pod %s (limit %d bytes): the manager logged %q, want %s", pod.Name, limit, line, want)
+		}
+		t.Logf("pod %s: %s", pod.Name, line)
+	}
 }
 
 func (cl *cluster) operatorPods(t *testing.T) []corev1.Pod {

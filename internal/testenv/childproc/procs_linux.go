@@ -58,20 +58,27 @@ func List() ([]Info, error) {
 
 // PeakRSS is a live process's peak resident set size in bytes (VmHWM in
 // /proc/<pid>/status): the most memory it held at once since it started.
-func PeakRSS(pid int) (int64, error) {
+func PeakRSS(pid int) (int64, error) { return statusBytes(pid, "VmHWM") }
+
+// FileRSS is the part of a live process's resident set that is file
+// pages (RssFile): for a Go program, mostly its own binary's. The kernel
+// can drop them under memory pressure, unlike the heap.
+func FileRSS(pid int) (int64, error) { return statusBytes(pid, "RssFile") }
+
+// statusBytes is the "<field>:   123456 kB" line of /proc/<pid>/status.
+func statusBytes(pid int, field string) (int64, error) {
 	status, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 	if err != nil {
 		return 0, err
 	}
 	for line := range strings.SplitSeq(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			// "   123456 kB"
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("pid %d: VmHWM %q: %w", pid, v, err)
+				return 0, fmt.Errorf("pid %d: %s %q: %w", pid, field, v, err)
 			}
 			return kb * 1024, nil
 		}
 	}
-	return 0, fmt.Errorf("pid %d: no VmHWM in /proc/%d/status", pid, pid)
+	return 0, fmt.Errorf("pid %d: no %s in /proc/%d/status", pid, field, pid)
 }

@@ -15,3 +15,6 @@ func List() ([]Info, error) { return nil, ErrNoProcfs }
 
 // PeakRSS needs /proc.
 func PeakRSS(int) (int64, error) { return 0, ErrNoProcfs }
+
+// FileRSS needs /proc.
+func FileRSS(int) (int64, error) { return 0, ErrNoProcfs }
