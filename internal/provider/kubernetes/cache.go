@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -250,7 +251,7 @@ func (p *Provider) tellChanged(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
-	if pod, ok := obj.(*cachedPod); ok && p.ours(pod.Labels) {
+	if pod, ok := obj.(*cachedPod); ok && p.ours(pod.GetLabels()) {
 		(*f)(instanceID(pod.Namespace, pod.Name))
 	}
 }
@@ -377,9 +378,14 @@ func slimPod(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	out := &cachedPod{ObjectMeta: pod.ObjectMeta, nodeName: pod.Spec.NodeName,
+	// Of the metadata, what the reads need (the reads that need more,
+	// adoption and a Secret remade for its Pod, are live); the strings
+	// many Pods repeat held once.
+	out := &cachedPod{ObjectMeta: metav1.ObjectMeta{Name: intern(pod.Name), Namespace: intern(pod.Namespace),
+		UID: pod.UID, ResourceVersion: pod.ResourceVersion, CreationTimestamp: pod.CreationTimestamp,
+		DeletionTimestamp: pod.DeletionTimestamp},
+		labels: sharedLabels.of(pod.Labels), nodeName: pod.Spec.NodeName,
 		phase: pod.Status.Phase, podIP: pod.Status.PodIP, podIPs: pod.Status.PodIPs}
-	compactMeta(out)
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			out.ready = &corev1.PodCondition{Type: c.Type, Status: c.Status}
@@ -398,19 +404,25 @@ func slimPod(obj any) (any, error) {
 // corev1.Pod, mostly empty fields, held 2 KiB more per Pod: 21.5 MiB at
 // 10,000 Proxies.
 type cachedPod struct {
-	metav1.ObjectMeta
-	nodeName  string
-	phase     corev1.PodPhase
-	podIP     string
-	podIPs    []corev1.PodIP
-	ready     *corev1.PodCondition
-	container string
-	ports     []corev1.ContainerPort
+	metav1.ObjectMeta // no labels: those are in labels
+	labels            *labelSet
+	nodeName          string
+	phase             corev1.PodPhase
+	podIP             string
+	podIPs            []corev1.PodIP
+	ready             *corev1.PodCondition
+	container         string
+	ports             []corev1.ContainerPort
 }
 
 // GetObjectKind and DeepCopyObject make it a runtime.Object for the
 // informer's machinery; the cache itself never copies it.
 func (c *cachedPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// GetLabels is the shared label set: read it, never change it.
+func (c *cachedPod) GetLabels() map[string]string { return c.labels.get() }
+
+func (c *cachedPod) SetLabels(l map[string]string) { c.labels = sharedLabels.of(l) }
 
 func (c *cachedPod) DeepCopyObject() runtime.Object {
 	out := *c
@@ -430,6 +442,7 @@ func (c *cachedPod) pod() *corev1.Pod {
 	out := &corev1.Pod{Spec: corev1.PodSpec{NodeName: c.nodeName},
 		Status: corev1.PodStatus{Phase: c.phase, PodIP: c.podIP, PodIPs: slices.Clone(c.podIPs)}}
 	c.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.Labels = maps.Clone(c.labels.get())
 	if c.ready != nil {
 		out.Status.Conditions = []corev1.PodCondition{*c.ready}
 	}
@@ -437,36 +450,6 @@ func (c *cachedPod) pod() *corev1.Pod {
 		out.Spec.Containers = []corev1.Container{{Name: c.container, Ports: slices.Clone(c.ports)}}
 	}
 	return out
-}
-
-// compactMetadata is the metadata-only kinds' transform.
-func compactMetadata(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil {
-		compactMeta(m)
-	}
-	return obj, nil
-}
-
-// compactMeta drops what the provider never reads of a cached object
-// (managedFields, annotations, owner references, finalizers: the reads
-// that need them, adoption and a Secret remade for its Pod, are live) and
-// shares the strings its objects repeat: the label keys and values (the
-// marks, an instance's name on its five objects) and the namespace. At
-// 10,000 Proxies the cache holds 50,000 objects (docs/performance.md).
-func compactMeta(m metav1.Object) {
-	m.SetManagedFields(nil)
-	m.SetAnnotations(nil)
-	m.SetOwnerReferences(nil)
-	m.SetFinalizers(nil)
-	m.SetNamespace(intern(m.GetNamespace()))
-	m.SetName(intern(m.GetName()))
-	if l := m.GetLabels(); len(l) > 0 {
-		c := make(map[string]string, len(l))
-		for k, v := range l {
-			c[intern(k)] = intern(v)
-		}
-		m.SetLabels(c)
-	}
 }
 
 // intern is s's canonical copy: strings held by many cached objects are
