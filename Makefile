@@ -80,7 +80,14 @@ test-prereqs:
 test-downloads:
 	$(GO) mod download
 	$(MAKE) --no-print-directory install-test-deps
+	$(MAKE) --no-print-directory otelcol
 	@if [ "$${SKIP_LIBVIRT_TESTS:-}" != 1 ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory libvirt-guest; fi
+
+# The trace tests (test/traces, test/libvirt/e2e, internal/testenv/otelcol)
+# read what the operator exported back from this real collector.
+.PHONY: otelcol
+otelcol: ## Build the OpenTelemetry Collector the trace tests and test-e2e read spans from (hack/tools/otelcol; cached by version, about 5 min cold).
+	@hack/tools/otelcol/build.sh >/dev/null
 
 # One build for vet and the tests: -vet=all runs every analyzer go vet runs,
 # on the packages as the -race build compiles them (a separate go vet would

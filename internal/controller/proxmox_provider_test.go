@@ -3,8 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -28,12 +26,8 @@ import (
 // provider's config first.
 func proxmoxEntry(t *testing.T, fake *fakepve.Server, fullClone bool, tune ...func(*proxmox.Config)) *registry.Entry {
 	t.Helper()
-	dir := t.TempDir()
-	tokenFile, caFile := filepath.Join(dir, "token"), filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(tokenFile, []byte(fake.Token()+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(caFile, fake.CACertPEM(), 0o600); err != nil {
+	tokenFile, caFile, err := fake.WriteCredentials(t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := proxmox.Config{URL: fake.URL(), TokenFile: tokenFile, CAFile: caFile,

@@ -44,8 +44,13 @@ type proxyID struct{ namespace, name, uid string }
 
 // WithProxy returns ctx naming the Proxy that the provider calls made with
 // it serve, so that their spans carry it. The provider interface has no
-// room for it (Get and Delete take only an ID), hence ctx.
+// room for it (Get and Delete take only an ID), hence ctx. The span ctx
+// carries (the reconcile's root) gets the UID too: a Proxy's traces are
+// found by it, across a delete and a re-create under the same name.
 func WithProxy(ctx context.Context, namespace, name, uid string) context.Context {
+	if uid != "" {
+		trace.SpanFromContext(ctx).SetAttributes(AttrProxyUID.String(uid))
+	}
 	return context.WithValue(ctx, proxyKey{}, proxyID{namespace, name, uid})
 }
 

@@ -75,7 +75,7 @@ func TestReconcileSpanParentsProviderSpans(t *testing.T) {
 	if root.Parent().IsValid() {
 		t.Errorf("reconcile span has a parent %v", root.Parent())
 	}
-	wantAttrs(t, root, map[string]string{"proxy.namespace": "team-a", "proxy.name": "web", "reconcile.requeue_after_seconds": "2"})
+	wantAttrs(t, root, map[string]string{"proxy.namespace": "team-a", "proxy.name": "web", "proxy.uid": uid, "reconcile.requeue_after_seconds": "2"})
 	if root.Status().Code != codes.Unset {
 		t.Errorf("reconcile span status %v", root.Status())
 	}

@@ -51,6 +51,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/squid/squidtest"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/otelcol"
 )
 
 // What test/e2e/config deploys and hack/cluster/lib.sh names.
@@ -216,13 +217,13 @@ func (cl *cluster) testTracing(t *testing.T) {
 
 // collectorSpans reads every span the collector has written so far (its
 // log: kubectl logs, as a person would).
-func (cl *cluster) collectorSpans(t *testing.T) ([]span, error) {
+func (cl *cluster) collectorSpans(t *testing.T) ([]otelcol.Span, error) {
 	t.Helper()
 	out, err := cl.kubectlOut(t, "-n", collectorNamespace, "logs", "-l", collectorLabel, "--tail=-1", "--max-log-requests=1")
 	if err != nil {
 		return nil, err
 	}
-	return parseCollectorOutput(out)
+	return otelcol.Parse(out)
 }
 
 // --- (b) ---------------------------------------------------------------

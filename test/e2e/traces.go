@@ -1,13 +1,14 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"path"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/otelcol"
 )
 
 // What the operator names its spans (internal/telemetry, the kubernetes
@@ -24,117 +25,29 @@ const (
 // and garbage collection rounds (telemetry.StartSpan).
 var backgroundRoots = []string{"health.check", "gc.collect"}
 
-// span is one span as the collector's file exporter wrote it.
-type span struct {
-	TraceID, SpanID, ParentSpanID, Name string
-	Start                               string // startTimeUnixNano, decimal
-	Service                             string // the resource's service.name
-	Attrs                               map[string]string
-}
-
-// The OTLP JSON of one export request (the protobuf JSON mapping: IDs in
-// hex, 64-bit integers as strings), only the fields read here.
-type otlpExport struct {
-	ResourceSpans []struct {
-		Resource struct {
-			Attributes []otlpKeyValue `json:"attributes"`
-		} `json:"resource"`
-		ScopeSpans []struct {
-			Spans []struct {
-				TraceID      string         `json:"traceId"`
-				SpanID       string         `json:"spanId"`
-				ParentSpanID string         `json:"parentSpanId"`
-				Name         string         `json:"name"`
-				Start        string         `json:"startTimeUnixNano"`
-				Attributes   []otlpKeyValue `json:"attributes"`
-			} `json:"spans"`
-		} `json:"scopeSpans"`
-	} `json:"resourceSpans"`
-}
-
-type otlpKeyValue struct {
-	Key   string `json:"key"`
-	Value struct {
-		StringValue *string  `json:"stringValue"`
-		IntValue    *string  `json:"intValue"`
-		BoolValue   *bool    `json:"boolValue"`
-		DoubleValue *float64 `json:"doubleValue"`
-	} `json:"value"`
-}
-
-func (kv otlpKeyValue) String() string {
-	v := kv.Value
-	switch {
-	case v.StringValue != nil:
-		return *v.StringValue
-	case v.IntValue != nil:
-		return *v.IntValue
-	case v.BoolValue != nil:
-		return fmt.Sprint(*v.BoolValue)
-	case v.DoubleValue != nil:
-		return fmt.Sprint(*v.DoubleValue)
-	}
-	return ""
-}
-
-func attrMap(kvs []otlpKeyValue) map[string]string {
-	m := make(map[string]string, len(kvs))
-	for _, kv := range kvs {
-		m[kv.Key] = kv.String()
-	}
-	return m
-}
-
-// parseCollectorOutput reads the collector's log: one OTLP JSON export
-// request a line from the file exporter (on stdout), among the collector's
-// own log lines (on stderr), which do not start with '{'.
-func parseCollectorOutput(out string) ([]span, error) {
-	var spans []span
-	for n, line := range strings.Split(out, "\n") {
-		if !strings.HasPrefix(line, "{") {
-			continue
-		}
-		var e otlpExport
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
-			return nil, fmt.Errorf("line %d of the collector's output: %w", n+1, err)
-		}
-		for _, rs := range e.ResourceSpans {
-			service := attrMap(rs.Resource.Attributes)["service.name"]
-			for _, ss := range rs.ScopeSpans {
-				for _, s := range ss.Spans {
-					spans = append(spans, span{
-						TraceID: s.TraceID, SpanID: s.SpanID, ParentSpanID: s.ParentSpanID, Name: s.Name, Start: s.Start,
-						Service: service, Attrs: attrMap(s.Attributes),
-					})
-				}
-			}
-		}
-	}
-	return spans, nil
-}
-
 // lifecycle is what the collector holds of one Proxy's reconciles: every
 // trace rooted at a "reconcile Proxy" span for it, by trace ID.
 type lifecycle struct {
 	namespace, name string
-	traces          map[string][]span // the whole trace, every span in it
-	roots           map[string]span   // its reconcile span
-	byID            map[string]span   // every span received, by trace and span ID
-	all             []span
+	traces          map[string][]otelcol.Span // the whole trace, every span in it
+	roots           map[string]otelcol.Span   // its reconcile span
+	byID            map[string]otelcol.Span   // every span received, by trace and span ID
+	all             []otelcol.Span
 }
 
 func spanKey(traceID, spanID string) string { return traceID + "/" + spanID }
 
-func (s span) isFor(namespace, name string) bool {
+// isFor says whether s carries the Proxy's attributes.
+func isFor(s otelcol.Span, namespace, name string) bool {
 	return s.Attrs["proxy.namespace"] == namespace && s.Attrs["proxy.name"] == name
 }
 
-func newLifecycle(spans []span, namespace, name string) *lifecycle {
-	l := &lifecycle{namespace: namespace, name: name, traces: map[string][]span{}, roots: map[string]span{},
-		byID: map[string]span{}, all: spans}
+func newLifecycle(spans []otelcol.Span, namespace, name string) *lifecycle {
+	l := &lifecycle{namespace: namespace, name: name, traces: map[string][]otelcol.Span{}, roots: map[string]otelcol.Span{},
+		byID: map[string]otelcol.Span{}, all: spans}
 	for _, s := range spans {
 		l.byID[spanKey(s.TraceID, s.SpanID)] = s
-		if s.Name == spanReconcileProxy && s.isFor(namespace, name) {
+		if s.Name == spanReconcileProxy && isFor(s, namespace, name) {
 			// A parentless one is the root; check counts the others.
 			if r, seen := l.roots[s.TraceID]; !seen || r.ParentSpanID != "" {
 				l.roots[s.TraceID] = s
@@ -150,10 +63,10 @@ func newLifecycle(spans []span, namespace, name string) *lifecycle {
 }
 
 // children are the spans in s's trace whose parent is s, named name.
-func (l *lifecycle) children(s span, name string) []span {
-	var out []span
-	for _, c := range l.traces[s.TraceID] {
-		if c.ParentSpanID == s.SpanID && c.Name == name {
+func (l *lifecycle) children(s otelcol.Span, name string) []otelcol.Span {
+	var out []otelcol.Span
+	for _, c := range otelcol.Children(l.traces[s.TraceID], s) {
+		if c.Name == name {
 			out = append(out, c)
 		}
 	}
@@ -192,7 +105,7 @@ func (l *lifecycle) calls(op, httpSpan string) []operation {
 // requestKind is the resource a Kubernetes API request's path names: the
 // collection for a POST (.../pods), the collection before the name for a
 // DELETE (.../pods/NAME).
-func requestKind(h span) string {
+func requestKind(h otelcol.Span) string {
 	raw := h.Attrs["url.full"]
 	if raw == "" {
 		raw = h.Attrs["http.url"]
@@ -233,7 +146,7 @@ func (l *lifecycle) complete() error {
 	// (dropped by the exporter) fails the test here, by time-out.
 	for _, s := range l.all {
 		_, inReconcile := l.traces[s.TraceID]
-		if !inReconcile && !s.isFor(l.namespace, l.name) {
+		if !inReconcile && !isFor(s, l.namespace, l.name) {
 			continue
 		}
 		if r := l.rootOf(s); strings.HasPrefix(r, "missing:") {
@@ -302,7 +215,7 @@ func (l *lifecycle) check(service string) error {
 		}
 	}
 	for _, s := range l.all {
-		if !s.isFor(l.namespace, l.name) || s.Name == spanReconcileProxy {
+		if !isFor(s, l.namespace, l.name) || s.Name == spanReconcileProxy {
 			continue
 		}
 		if _, ok := l.roots[s.TraceID]; ok {
@@ -325,7 +238,7 @@ func (l *lifecycle) check(service string) error {
 // rootOf follows s's parents within its trace and returns the span ID of
 // the last one found: the root when the chain is whole, else the span
 // whose parent is missing, as "missing:<ID>".
-func (l *lifecycle) rootOf(s span) string {
+func (l *lifecycle) rootOf(s otelcol.Span) string {
 	for range len(l.all) + 1 {
 		if s.ParentSpanID == "" {
 			return s.SpanID
@@ -347,14 +260,7 @@ func (l *lifecycle) summary() []string {
 	for id := range l.roots {
 		ids = append(ids, id)
 	}
-	// Decimal nanoseconds of one length compare as strings.
-	sort.Slice(ids, func(i, j int) bool {
-		a, b := l.roots[ids[i]].Start, l.roots[ids[j]].Start
-		if len(a) != len(b) {
-			return len(a) < len(b)
-		}
-		return a < b
-	})
+	sort.Slice(ids, func(i, j int) bool { return l.roots[ids[i]].Start < l.roots[ids[j]].Start })
 	var out []string
 	for _, id := range ids {
 		root := l.roots[id]

@@ -1,43 +1,44 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/otelcol"
 )
 
 // traceBuilder makes spans for the table below: a reconcile trace with a
 // provider call and its HTTP requests, as the operator emits them.
 type traceBuilder struct {
 	n     int
-	spans []span
+	spans []otelcol.Span
 }
 
 func (b *traceBuilder) id() string { b.n++; return fmt.Sprintf("%016x", b.n) }
 
-func (b *traceBuilder) add(traceID, parent, name string, attrs map[string]string) span {
-	s := span{TraceID: traceID, SpanID: b.id(), ParentSpanID: parent, Name: name,
-		Start: fmt.Sprint(1_000_000 + b.n), Service: operatorService, Attrs: attrs}
+func (b *traceBuilder) add(traceID, parent, name string, attrs map[string]string) otelcol.Span {
+	s := otelcol.Span{TraceID: traceID, SpanID: b.id(), ParentSpanID: parent, Name: name,
+		Start: int64(1_000_000 + b.n), Service: operatorService, Attrs: attrs}
 	b.spans = append(b.spans, s)
 	return s
 }
 
 var proxyAttrs = map[string]string{"proxy.namespace": "e2e-x", "proxy.name": "traced"}
 
-func (b *traceBuilder) reconcile(traceID, rid string) span {
+func (b *traceBuilder) reconcile(traceID, rid string) otelcol.Span {
 	return b.add(traceID, "", spanReconcileProxy, map[string]string{
 		"proxy.namespace": "e2e-x", "proxy.name": "traced", "reconcile.id": rid})
 }
 
-func (b *traceBuilder) http(traceID, parent, method, path string) span {
+func (b *traceBuilder) http(traceID, parent, method, path string) otelcol.Span {
 	return b.add(traceID, parent, "HTTP "+method, map[string]string{"url.full": "https://10.96.77.1:443" + path})
 }
 
 // lifecycleSpans is a whole, well-formed lifecycle; break changes one
 // thing in it.
-func lifecycleSpans(breakIt func(b *traceBuilder, create, del span)) []span {
+func lifecycleSpans(breakIt func(b *traceBuilder, create, del otelcol.Span)) []otelcol.Span {
 	b := &traceBuilder{}
 	r1 := b.reconcile("t1", "r1")
 	create := b.add("t1", r1.SpanID, spanProviderCreate, proxyAttrs)
@@ -66,13 +67,13 @@ func lifecycleSpans(breakIt func(b *traceBuilder, create, del span)) []span {
 func TestTraceTree(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
-		breakIt          func(b *traceBuilder, create, del span)
+		breakIt          func(b *traceBuilder, create, del otelcol.Span)
 		completeErr, err string // substrings; "" for none
 	}{
 		{name: "whole lifecycle"},
 		{
 			name: "a provider call started from a fresh context: its own trace",
-			breakIt: func(b *traceBuilder, _, _ span) {
+			breakIt: func(b *traceBuilder, _, _ otelcol.Span) {
 				s := b.add("t6", "", "provider.get", proxyAttrs)
 				b.http("t6", s.SpanID, "GET", "/api/v1/namespaces/e2e-x/pods/traced")
 			},
@@ -80,15 +81,15 @@ func TestTraceTree(t *testing.T) {
 		},
 		{
 			name: "a reconcile in flight: its provider call received, its root not yet",
-			breakIt: func(b *traceBuilder, _, _ span) {
+			breakIt: func(b *traceBuilder, _, _ otelcol.Span) {
 				b.add("t8", "00000000000000ff", "provider.list", proxyAttrs)
 			},
 			completeErr: "not received yet",
 		},
 		{
 			name: "two reconciles in one trace",
-			breakIt: func(b *traceBuilder, _, _ span) {
-				i := slices.IndexFunc(b.spans, func(s span) bool { return s.Attrs["reconcile.id"] == "r2" })
+			breakIt: func(b *traceBuilder, _, _ otelcol.Span) {
+				i := slices.IndexFunc(b.spans, func(s otelcol.Span) bool { return s.Attrs["reconcile.id"] == "r2" })
 				b.add("t2", b.spans[i].SpanID, spanReconcileProxy, map[string]string{
 					"proxy.namespace": "e2e-x", "proxy.name": "traced", "reconcile.id": "r9"})
 			},
@@ -96,7 +97,7 @@ func TestTraceTree(t *testing.T) {
 		},
 		{
 			name: "one reconcile's ID rooting two traces",
-			breakIt: func(b *traceBuilder, _, _ span) {
+			breakIt: func(b *traceBuilder, _, _ otelcol.Span) {
 				b.reconcile("t7", "r2")
 			},
 			err: "is the root of two traces",
@@ -105,14 +106,14 @@ func TestTraceTree(t *testing.T) {
 			// Its parent is never received in its own trace: the test
 			// waits for it, and fails by time-out with this message.
 			name: "a span whose parent is in another trace",
-			breakIt: func(b *traceBuilder, create, _ span) {
+			breakIt: func(b *traceBuilder, create, _ otelcol.Span) {
 				b.add("t2", create.SpanID, "provider.get", proxyAttrs)
 			},
 			completeErr: "not received yet",
 		},
 		{
 			name: "HTTP spans under the reconcile, not the provider call",
-			breakIt: func(b *traceBuilder, _, _ span) {
+			breakIt: func(b *traceBuilder, _, _ otelcol.Span) {
 				b.http("t2", b.spans[0].SpanID, "GET", "/api/v1/namespaces/e2e-x/pods/traced")
 				// Same trace ID as the root for the parent to resolve.
 				b.spans[len(b.spans)-1].TraceID = "t1"
@@ -121,14 +122,14 @@ func TestTraceTree(t *testing.T) {
 		},
 		{
 			name: "a span from another service",
-			breakIt: func(b *traceBuilder, _, _ span) {
+			breakIt: func(b *traceBuilder, _, _ otelcol.Span) {
 				b.spans[1].Service = "something-else"
 			},
 			err: "from service",
 		},
 		{
 			name: "provider.create renamed",
-			breakIt: func(b *traceBuilder, create, _ span) {
+			breakIt: func(b *traceBuilder, create, _ otelcol.Span) {
 				for i := range b.spans {
 					if b.spans[i].SpanID == create.SpanID {
 						b.spans[i].Name = "provider.created"
@@ -139,7 +140,7 @@ func TestTraceTree(t *testing.T) {
 		},
 		{
 			name: "a create without the NetworkPolicy's POST",
-			breakIt: func(b *traceBuilder, _, _ span) {
+			breakIt: func(b *traceBuilder, _, _ otelcol.Span) {
 				for i, s := range b.spans {
 					if strings.HasSuffix(s.Attrs["url.full"], "/networkpolicies") {
 						b.spans = append(b.spans[:i], b.spans[i+1:]...)
@@ -151,7 +152,7 @@ func TestTraceTree(t *testing.T) {
 		},
 		{
 			name: "no delete's HTTP DELETE",
-			breakIt: func(b *traceBuilder, _, del span) {
+			breakIt: func(b *traceBuilder, _, del otelcol.Span) {
 				for i, s := range b.spans {
 					if s.ParentSpanID == del.SpanID && s.Name == spanHTTPDelete {
 						b.spans = append(b.spans[:i], b.spans[i+1:]...)
@@ -185,38 +186,24 @@ func assertErr(t *testing.T, what string, err error, want string) {
 	}
 }
 
-// TestParseCollectorOutput reads the file exporter's OTLP JSON among the
-// collector's own log lines.
-func TestParseCollectorOutput(t *testing.T) {
-	export := map[string]any{"resourceSpans": []any{map[string]any{
-		"resource": map[string]any{"attributes": []any{
-			map[string]any{"key": "service.name", "value": map[string]any{"stringValue": operatorService}}}},
-		"scopeSpans": []any{map[string]any{"spans": []any{map[string]any{
-			"traceId": "aa", "spanId": "bb", "parentSpanId": "cc", "name": "HTTP POST", "startTimeUnixNano": "17",
-			"attributes": []any{
-				map[string]any{"key": "url.full", "value": map[string]any{"stringValue": "https://x/api/v1/namespaces/n/pods"}},
-				map[string]any{"key": "http.response.status_code", "value": map[string]any{"intValue": "201"}},
-			},
-		}}}},
-	}}}
-	line, err := json.Marshal(export)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := "2026-12-01T18:00:00.000Z\tinfo\tservice@v0.161.0/service.go:1\tEverything is ready.\n" + string(line) + "\n"
-	spans, err := parseCollectorOutput(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := span{TraceID: "aa", SpanID: "bb", ParentSpanID: "cc", Name: "HTTP POST", Start: "17", Service: operatorService,
-		Attrs: map[string]string{"url.full": "https://x/api/v1/namespaces/n/pods", "http.response.status_code": "201"}}
-	if len(spans) != 1 || fmt.Sprint(spans[0]) != fmt.Sprint(want) {
-		t.Fatalf("parsed %+v, want [%+v]", spans, want)
-	}
-	if got := requestKind(spans[0]); got != "pods" {
-		t.Errorf("requestKind = %q, want pods", got)
-	}
-	if _, err := parseCollectorOutput("{not json\n"); err == nil {
-		t.Error("a broken JSON line parsed without error")
+// TestRequestKind names the API collection a request's URL addresses
+// (otelcol's tests cover how the spans are parsed).
+func TestRequestKind(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		attrs map[string]string
+		want  string
+	}{
+		{spanHTTPPost, map[string]string{"url.full": "https://x/api/v1/namespaces/n/pods"}, "pods"},
+		{spanHTTPPost, map[string]string{"url.full": "https://x/apis/networking.k8s.io/v1/namespaces/n/networkpolicies/"}, "networkpolicies"},
+		{spanHTTPDelete, map[string]string{"url.full": "https://x/api/v1/namespaces/n/services/traced"}, "services"},
+		// Older semantic conventions.
+		{spanHTTPDelete, map[string]string{"http.url": "https://x/api/v1/namespaces/n/configmaps/traced"}, "configmaps"},
+		{spanHTTPPost, nil, "?"},
+		{spanHTTPPost, map[string]string{"url.full": "%zz"}, "?"},
+	} {
+		if got := requestKind(otelcol.Span{Name: tc.name, Attrs: tc.attrs}); got != tc.want {
+			t.Errorf("requestKind(%s %v) = %q, want %q", tc.name, tc.attrs, got, tc.want)
+		}
 	}
 }

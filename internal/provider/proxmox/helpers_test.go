@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -30,9 +28,9 @@ func newEnv(t *testing.T, opts ...fakepve.Option) *env {
 	fake := fakepve.New(opts...).Start()
 	t.Cleanup(fake.Close)
 	dir := t.TempDir()
-	must(t, os.WriteFile(filepath.Join(dir, "token"), []byte(fake.Token()+"\n"), 0o600))
-	must(t, os.WriteFile(filepath.Join(dir, "ca.pem"), fake.CACertPEM(), 0o600))
-	cfg := Config{URL: fake.URL(), TokenFile: filepath.Join(dir, "token"), CAFile: filepath.Join(dir, "ca.pem"),
+	tokenFile, caFile, err := fake.WriteCredentials(dir)
+	must(t, err)
+	cfg := Config{URL: fake.URL(), TokenFile: tokenFile, CAFile: caFile,
 		Nodes: []string{"pve1"}, Templates: map[string]int{"debian-12": 9000}, ISOStorage: "local"}
 	e := &env{fake: fake, cfg: cfg, dir: dir}
 	e.p = e.newProvider(t, testInstallation)

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -136,6 +138,20 @@ func (s *Server) CertPool() *x509.CertPool {
 // provider's CA file holds.
 func (s *Server) CACertPEM() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.ts.Certificate().Raw})
+}
+
+// WriteCredentials writes the files a proxmox entry reads into dir: the
+// first token (tokenFile's form, user@realm!id=secret) and the CA that
+// signs the fake's certificate (caFile).
+func (s *Server) WriteCredentials(dir string) (tokenFile, caFile string, err error) {
+	tokenFile, caFile = filepath.Join(dir, "token"), filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(tokenFile, []byte(s.Token()+"\n"), 0o600); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(caFile, s.CACertPEM(), 0o600); err != nil {
+		return "", "", err
+	}
+	return tokenFile, caFile, nil
 }
 
 // Client is an HTTP client that verifies the fake's certificate and sends

@@ -1,0 +1,197 @@
+// Package traces reads one Proxy's lifecycle back from a real
+// OpenTelemetry Collector, per provider, and checks that it arrived whole:
+// each reconcile one trace with one root, every backend span under a
+// provider span, and no secret in any span.
+package traces
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/otelcol"
+)
+
+// What the operator names its spans (internal/telemetry).
+const (
+	spanReconcileProxy = "reconcile Proxy"
+	providerPrefix     = "provider."
+)
+
+// backgroundRoots are the operator's traces that are no reconcile: the
+// health check and the collector's rounds (telemetry.StartSpan).
+var backgroundRoots = []string{"health.check", "gc.collect"}
+
+// Lifecycle is what the collector received of one Proxy: its reconciles'
+// traces, found by the Proxy's UID on their roots.
+type Lifecycle struct {
+	UID    string
+	Traces map[string][]otelcol.Span // by trace ID
+}
+
+// LifecycleOf collects the traces whose root names the Proxy's UID.
+func LifecycleOf(spans []otelcol.Span, uid string) *Lifecycle {
+	byTrace := map[string][]otelcol.Span{}
+	for _, s := range spans {
+		byTrace[s.TraceID] = append(byTrace[s.TraceID], s)
+	}
+	l := &Lifecycle{UID: uid, Traces: map[string][]otelcol.Span{}}
+	for id, trace := range byTrace {
+		for _, s := range trace {
+			if s.ParentSpanID == "" && s.Name == spanReconcileProxy && s.Attrs["proxy.uid"] == uid {
+				l.Traces[id] = trace
+			}
+		}
+	}
+	return l
+}
+
+// Complete says whether both ends arrived: a reconcile that called
+// provider.create and one that called provider.delete (a trace's root
+// arrives after its children, in a later batch).
+func (l *Lifecycle) Complete() error {
+	var missing []string
+	for _, op := range []string{"provider.create", "provider.delete"} {
+		if !l.has(op) {
+			missing = append(missing, op)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("Proxy %s: %d traces received, none with %s under its reconcile (nothing exported, or a provider span started without the reconcile's context is a root of its own)", l.UID, len(l.Traces), strings.Join(missing, " or "))
+	}
+	return nil
+}
+
+// BackgroundCreate counts the spans that a provider.create's background
+// step (download, volume, define, start; insert and its operation; clone
+// and its task) made after the create call returned: they must be under
+// that provider.create, in the trace of the reconcile that started them,
+// so a slow create is followed from the Proxy that asked for it. An
+// error when there are none.
+func (l *Lifecycle) BackgroundCreate() (int, error) {
+	n := 0
+	for _, trace := range l.Traces {
+		for _, c := range trace {
+			if c.Name != "provider.create" {
+				continue
+			}
+			for _, s := range trace {
+				if s.Start > c.End && slices.ContainsFunc(otelcol.Ancestors(trace, s), func(a otelcol.Span) bool { return a.SpanID == c.SpanID }) {
+					n++
+				}
+			}
+		}
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("Proxy %s: no span under provider.create started after the call returned: the background create step's spans are not in the reconcile's trace", l.UID)
+	}
+	return n, nil
+}
+
+func (l *Lifecycle) has(name string) bool {
+	for _, trace := range l.Traces {
+		if slices.ContainsFunc(trace, func(s otelcol.Span) bool { return s.Name == name }) {
+			return true
+		}
+	}
+	return false
+}
+
+// Check applies the rules to every span the collector received:
+//   - a trace has one root, a reconcile or a background round; a provider
+//     or backend span as a root was started without the request's context;
+//   - every parent a span names is in its trace (none dropped);
+//   - every backend span (isBackend) has a provider.* ancestor;
+//   - no span's name or attribute holds a sentinel.
+func Check(spans []otelcol.Span, isBackend func(otelcol.Span) bool, sentinels []string) error {
+	if len(spans) == 0 {
+		return errors.New("the collector received no spans: is the exporter pointed at it?")
+	}
+	var errs []error
+	byTrace := map[string]map[string]otelcol.Span{}
+	for _, s := range spans {
+		if byTrace[s.TraceID] == nil {
+			byTrace[s.TraceID] = map[string]otelcol.Span{}
+		}
+		byTrace[s.TraceID][s.SpanID] = s
+	}
+	for id, trace := range byTrace {
+		var roots []string
+		for _, s := range trace {
+			switch {
+			case s.ParentSpanID == "":
+				roots = append(roots, s.Name)
+			case !hasKey(trace, s.ParentSpanID):
+				errs = append(errs, fmt.Errorf("trace %s: %q names parent %s, which the collector never received", id, s.Name, s.ParentSpanID))
+			}
+		}
+		slices.Sort(roots)
+		switch {
+		case len(roots) != 1:
+			errs = append(errs, fmt.Errorf("trace %s has %d roots %q, want one", id, len(roots), roots))
+		case roots[0] != spanReconcileProxy && !slices.Contains(backgroundRoots, roots[0]):
+			errs = append(errs, fmt.Errorf("trace %s: its root is %q, not a reconcile or a background round: a span started without the request's context", id, roots[0]))
+		}
+		for _, s := range trace {
+			if isBackend(s) && !underProvider(trace, s) {
+				errs = append(errs, fmt.Errorf("trace %s: backend span %q (%v) has no provider.* ancestor", id, s.Name, s.Attrs))
+			}
+		}
+	}
+	for _, s := range spans {
+		if where := secretsIn(s, sentinels); len(where) > 0 {
+			errs = append(errs, fmt.Errorf("span %q (trace %s) carries a secret in %s", s.Name, s.TraceID, strings.Join(where, ", ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// secretsIn names where in s a sentinel appears (its name, an attribute,
+// an event's attribute, the status message), without printing it.
+func secretsIn(s otelcol.Span, sentinels []string) []string {
+	holds := func(v string) bool {
+		return slices.ContainsFunc(sentinels, func(x string) bool { return x != "" && strings.Contains(v, x) })
+	}
+	var where []string
+	if holds(s.Name) {
+		where = append(where, "the name")
+	}
+	for k, v := range s.Attrs {
+		if holds(v) {
+			where = append(where, "attribute "+k)
+		}
+	}
+	for _, e := range s.Events {
+		for k, v := range e.Attrs {
+			if holds(v) {
+				where = append(where, "event "+e.Name+" attribute "+k)
+			}
+		}
+	}
+	if holds(s.StatusMessage) {
+		where = append(where, "the status message")
+	}
+	slices.Sort(where)
+	return where
+}
+
+func hasKey[V any](m map[string]V, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// underProvider says whether a provider.* span is among s's ancestors.
+func underProvider(trace map[string]otelcol.Span, s otelcol.Span) bool {
+	for seen := 0; s.ParentSpanID != "" && seen < len(trace); seen++ {
+		p, ok := trace[s.ParentSpanID]
+		if !ok {
+			return false
+		}
+		if strings.HasPrefix(p.Name, providerPrefix) {
+			return true
+		}
+		s = p
+	}
+	return false
+}
