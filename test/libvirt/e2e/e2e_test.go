@@ -43,6 +43,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/libvirt"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/libvirthost"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/testenv/otelcol"
 	"github.com/egress-proxies-operator/egress-proxies-operator/test/libvirt/internal/lvtest"
 )
 
@@ -110,6 +111,19 @@ func TestProxyEndToEnd(t *testing.T) {
 	// stopped: a failed run leaves no guest on the shared host. A passing
 	// one has removed everything itself (checked below).
 	t.Cleanup(func() { lvtest.RemoveLeftovers(t, l, pool, provider.InstanceNamePrefix+ns+"-") })
+	// The operator exports its traces to a real collector in the host's
+	// namespace; they are read back once the operator stopped (which
+	// flushes them): this cleanup runs after the operator's.
+	collector := otelcol.Start(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.Endpoint())
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100") // ms
+	var tracedUID string
+	var userSecrets []string // the cloud-init's: the users' hashes
+	t.Cleanup(func() {
+		if !t.Failed() {
+			checkTraces(t, collector, tracedUID, append(libvirtSentinels(t, h), userSecrets...))
+		}
+	})
 	op := lvtest.StartOperator(t, env, configPath, ns, "e2e-", rec)
 
 	// Both type names are accepted for the host, and check it.
@@ -126,6 +140,7 @@ func TestProxyEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	userSecrets = append(userSecrets, string(hash))
 	users := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "users"},
 		Data: map[string][]byte{"htpasswd": []byte(user + ":" + string(hash) + "\n")}}
 	if err := env.Client.Create(ctx, users); err != nil {
@@ -140,6 +155,7 @@ func TestProxyEndToEnd(t *testing.T) {
 	if err := env.Client.Create(ctx, px); err != nil {
 		t.Fatal(err)
 	}
+	tracedUID = string(px.UID)
 	px = lvtest.WaitReady(t, env, key, applied)
 	toReady := time.Since(applied)
 	t.Logf("TIMING apply->Ready %.0fs", toReady.Seconds())
