@@ -34,7 +34,7 @@ func main() {
 	}
 }
 
-// setGoMemoryLimit keeps the Go runtime under goMemoryShare of the
+// setGoMemoryLimit keeps the Go runtime goMemoryReserve under the
 // container's memory limit (config/manager/manager.yaml passes it in
 // MEMORY_LIMIT).
 func setGoMemoryLimit() error {
@@ -43,7 +43,7 @@ func setGoMemoryLimit() error {
 		return err
 	}
 	debug.SetMemoryLimit(n)
-	ctrl.Log.WithName("setup").Info("Go memory limit set", "bytes", n, "containerLimit", os.Getenv("MEMORY_LIMIT"), "share", goMemoryShare)
+	ctrl.Log.WithName("setup").Info("Go memory limit set", "bytes", n, "containerLimit", os.Getenv("MEMORY_LIMIT"), "reserve", goMemoryReserve)
 	return nil
 }
 

@@ -6,17 +6,19 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// goMemoryShare is the part of the container's memory limit the Go runtime
-// aims to stay under. The rest is memory the runtime does not count but the
-// container's limit does: the binary's mapped pages and the allocator's
-// unreturned spans, about 40 MiB at 10,000 Proxies (docs/performance.md).
-// A runtime limit equal to the container's let the peak RSS run 10% over it.
-const goMemoryShare = 0.8
+// goMemoryReserve is the part of the container's memory limit kept out of
+// the Go runtime's: memory the container's limit counts and the runtime
+// does not, mostly the binary's own mapped pages (65 MiB resident at
+// 10,000 Proxies, docs/performance.md). It does not grow with the limit,
+// hence a fixed amount rather than a share. With the runtime's limit equal
+// to the container's, the peak RSS ran 10% over it.
+const goMemoryReserve = 64 << 20
 
 // goMemoryLimit is the Go runtime's soft memory limit, in bytes, for the
 // container limit in MEMORY_LIMIT (the downward API's limits.memory, bytes,
 // or any Kubernetes quantity; without a limit on the container, the node's
-// allocatable memory); 0 leaves the runtime's own. An explicit
+// allocatable memory): the limit less goMemoryReserve, and at least half
+// of it for a small container; 0 leaves the runtime's own. An explicit
 // GOMEMLIMIT wins: the runtime read it already.
 func goMemoryLimit(gomemlimit, containerLimit string) (int64, error) {
 	if gomemlimit != "" || containerLimit == "" {
@@ -30,5 +32,5 @@ func goMemoryLimit(gomemlimit, containerLimit string) (int64, error) {
 	if !ok || n <= 0 {
 		return 0, fmt.Errorf("MEMORY_LIMIT %q: want a positive number of bytes", containerLimit)
 	}
-	return int64(float64(n) * goMemoryShare), nil
+	return max(n-goMemoryReserve, n/2), nil
 }
