@@ -19,10 +19,6 @@ const (
 	providerPrefix     = "provider."
 )
 
-// backgroundRoots are the operator's traces that are no reconcile: the
-// health check and the collector's rounds (telemetry.StartSpan).
-var backgroundRoots = []string{"health.check", "gc.collect"}
-
 // Lifecycle is what the collector received of one Proxy: its reconciles'
 // traces, found by the Proxy's UID on their roots.
 type Lifecycle struct {
@@ -98,27 +94,38 @@ func (l *Lifecycle) has(name string) bool {
 	return false
 }
 
-// Check applies the rules to every span the collector received:
-//   - a trace has one root, a reconcile or a background round; a provider
-//     or backend span as a root was started without the request's context;
-//   - every parent a span names is in its trace (none dropped);
-//   - every backend span (isBackend) has a provider.* ancestor;
-//   - no span's name or attribute holds a sentinel.
-func Check(spans []otelcol.Span, isBackend func(otelcol.Span) bool, sentinels []string) error {
+// Check applies the rules to what the collector received:
+//   - no provider or backend span is a root: one started without the
+//     request's context would be;
+//   - each of the Proxy's reconciles (l) is one trace with one root, names
+//     no parent the collector never received, and has every backend span
+//     (isBackend) under a provider.* span;
+//   - no span's name, attribute, event or status holds a sentinel.
+//
+// The background rounds (health checks, the collector's passes) are held
+// to the first and last rules only: the operator's shutdown may cut one
+// (a check's provider call outlives its round by design), and a cut
+// round's spans name a parent that ended after the last export.
+func Check(spans []otelcol.Span, l *Lifecycle, isBackend func(otelcol.Span) bool, sentinels []string) error {
 	if len(spans) == 0 {
 		return errors.New("the collector received no spans: is the exporter pointed at it?")
 	}
-	var errs []error
-	byTrace := map[string]map[string]otelcol.Span{}
-	for _, s := range spans {
-		if byTrace[s.TraceID] == nil {
-			byTrace[s.TraceID] = map[string]otelcol.Span{}
-		}
-		byTrace[s.TraceID][s.SpanID] = s
+	if len(l.Traces) == 0 {
+		return fmt.Errorf("no trace of Proxy %s among the %d spans received", l.UID, len(spans))
 	}
-	for id, trace := range byTrace {
+	var errs []error
+	for _, s := range spans {
+		if s.ParentSpanID == "" && (strings.HasPrefix(s.Name, providerPrefix) || isBackend(s)) {
+			errs = append(errs, fmt.Errorf("trace %s: its root is %q, not a reconcile or a background round: a span started without the request's context", s.TraceID, s.Name))
+		}
+	}
+	for id, spans := range l.Traces {
+		trace := map[string]otelcol.Span{}
+		for _, s := range spans {
+			trace[s.SpanID] = s
+		}
 		var roots []string
-		for _, s := range trace {
+		for _, s := range spans {
 			switch {
 			case s.ParentSpanID == "":
 				roots = append(roots, s.Name)
@@ -126,14 +133,11 @@ func Check(spans []otelcol.Span, isBackend func(otelcol.Span) bool, sentinels []
 				errs = append(errs, fmt.Errorf("trace %s: %q names parent %s, which the collector never received", id, s.Name, s.ParentSpanID))
 			}
 		}
-		slices.Sort(roots)
-		switch {
-		case len(roots) != 1:
+		if len(roots) != 1 {
+			slices.Sort(roots)
 			errs = append(errs, fmt.Errorf("trace %s has %d roots %q, want one", id, len(roots), roots))
-		case roots[0] != spanReconcileProxy && !slices.Contains(backgroundRoots, roots[0]):
-			errs = append(errs, fmt.Errorf("trace %s: its root is %q, not a reconcile or a background round: a span started without the request's context", id, roots[0]))
 		}
-		for _, s := range trace {
+		for _, s := range spans {
 			if isBackend(s) && !underProvider(trace, s) {
 				errs = append(errs, fmt.Errorf("trace %s: backend span %q (%v) has no provider.* ancestor", id, s.Name, s.Attrs))
 			}

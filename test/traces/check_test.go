@@ -33,6 +33,16 @@ func TestCheck(t *testing.T) {
 				otelcol.Span{TraceID: "t2", SpanID: "h", ParentSpanID: "l", Name: "HTTP GET"})
 		}, ""},
 		{"nothing received", func() []otelcol.Span { return nil }, "received no spans"},
+		{"nothing of the Proxy received", func() []otelcol.Span {
+			s := goodTrace("t1")
+			s[0].Attrs["proxy.uid"] = "uid-2"
+			return s
+		}, "no trace of Proxy uid-1"},
+		{"a background round cut by the shutdown", func() []otelcol.Span {
+			// The check's provider span ended after the last export; its
+			// request's span had been exported.
+			return append(goodTrace("t1"), otelcol.Span{TraceID: "t2", SpanID: "h", ParentSpanID: "pc", Name: "HTTP GET"})
+		}, ""},
 		{"a provider span started without the request's context", func() []otelcol.Span {
 			return append(goodTrace("t1"), otelcol.Span{TraceID: "t2", SpanID: "c", Name: "provider.get"},
 				otelcol.Span{TraceID: "t2", SpanID: "h", ParentSpanID: "c", Name: "HTTP GET"})
@@ -64,7 +74,8 @@ func TestCheck(t *testing.T) {
 		}, "the status message"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := Check(tc.spans(), backend, []string{secret})
+			spans := tc.spans()
+			err := Check(spans, LifecycleOf(spans, "uid-1"), backend, []string{secret})
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("error %v", err)

@@ -129,7 +129,7 @@ func TestProviderTracesInTheCollector(t *testing.T) {
 					t.Logf("%s", otelcol.Tree(spans, id, "proxy.uid", "provider.name", "error.class", "url.full", "http.response.status_code"))
 				}
 			}
-			if err := Check(spans, b.isBackend, append(b.sentinels, cloudInitSentinel)); err != nil {
+			if err := Check(spans, l, b.isBackend, append(b.sentinels, cloudInitSentinel)); err != nil {
 				t.Fatal(err)
 			}
 			n, err := l.BackgroundCreate()

@@ -52,7 +52,7 @@ func checkTraces(t *testing.T, collector *otelcol.Collector, uid string, sentine
 		t.Logf("%s", otelcol.Tree(spans, id, "provider.name", "provider.type", "error.class", "libvirt.stage", "libvirt.domain", "libvirt.volume", "libvirt.agent_command", "libvirt.bytes"))
 	}
 	isBackend := func(s otelcol.Span) bool { return strings.HasPrefix(s.Name, "libvirt.") }
-	if err := traces.Check(spans, isBackend, sentinels); err != nil {
+	if err := traces.Check(spans, l, isBackend, sentinels); err != nil {
 		t.Fatal(err)
 	}
 	n, err := l.BackgroundCreate()
