@@ -129,7 +129,7 @@ func Check(spans []otelcol.Span, l *Lifecycle, isBackend func(otelcol.Span) bool
 			switch {
 			case s.ParentSpanID == "":
 				roots = append(roots, s.Name)
-			case !hasKey(trace, s.ParentSpanID):
+			case trace[s.ParentSpanID].SpanID == "":
 				errs = append(errs, fmt.Errorf("trace %s: %q names parent %s, which the collector never received", id, s.Name, s.ParentSpanID))
 			}
 		}
@@ -144,45 +144,11 @@ func Check(spans []otelcol.Span, l *Lifecycle, isBackend func(otelcol.Span) bool
 		}
 	}
 	for _, s := range spans {
-		if where := secretsIn(s, sentinels); len(where) > 0 {
+		if where := s.Holding(sentinels...); len(where) > 0 {
 			errs = append(errs, fmt.Errorf("span %q (trace %s) carries a secret in %s", s.Name, s.TraceID, strings.Join(where, ", ")))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// secretsIn names where in s a sentinel appears (its name, an attribute,
-// an event's attribute, the status message), without printing it.
-func secretsIn(s otelcol.Span, sentinels []string) []string {
-	holds := func(v string) bool {
-		return slices.ContainsFunc(sentinels, func(x string) bool { return x != "" && strings.Contains(v, x) })
-	}
-	var where []string
-	if holds(s.Name) {
-		where = append(where, "the name")
-	}
-	for k, v := range s.Attrs {
-		if holds(v) {
-			where = append(where, "attribute "+k)
-		}
-	}
-	for _, e := range s.Events {
-		for k, v := range e.Attrs {
-			if holds(v) {
-				where = append(where, "event "+e.Name+" attribute "+k)
-			}
-		}
-	}
-	if holds(s.StatusMessage) {
-		where = append(where, "the status message")
-	}
-	slices.Sort(where)
-	return where
-}
-
-func hasKey[V any](m map[string]V, k string) bool {
-	_, ok := m[k]
-	return ok
 }
 
 // underProvider says whether a provider.* span is among s's ancestors.

@@ -155,38 +155,51 @@ func Tree(spans []Span, traceID string, attrs ...string) string {
 	return b.String()
 }
 
-// SpansWith returns the spans holding any of substrings in their name, an
-// attribute value, the status message, or an event's name or attribute
-// value (RecordError puts the error's text there): to prove a secret
-// reached no span, check that SpansWith(spans, secret) is empty. An empty
-// substring matches every span, so a secret that came out empty fails
-// such a check instead of passing it.
+// SpansWith returns the spans holding any of substrings (Holding): to
+// prove a secret reached no span, check that SpansWith(spans, secret) is
+// empty. An empty substring matches every span, so a secret that came out
+// empty fails such a check instead of passing it.
 func SpansWith(spans []Span, substrings ...string) []Span {
 	var out []Span
 	for _, s := range spans {
-		if slices.ContainsFunc(substrings, s.holds) {
+		if len(s.Holding(substrings...)) > 0 {
 			out = append(out, s)
 		}
 	}
 	return out
 }
 
-func (s Span) holds(sub string) bool {
-	in := func(attrs map[string]string) bool {
-		for _, v := range attrs {
-			if strings.Contains(v, sub) {
-				return true
-			}
-		}
-		return false
+// Holding names, sorted, where s holds any of substrings: "the name",
+// "the status message", "attribute K", "event E" (its name) or "event E
+// attribute K" (RecordError puts the error's text there). It names the
+// place, never the value, so a check can say where a secret leaked
+// without printing it.
+func (s Span) Holding(substrings ...string) []string {
+	holds := func(v string) bool {
+		return slices.ContainsFunc(substrings, func(sub string) bool { return strings.Contains(v, sub) })
 	}
-	if strings.Contains(s.Name, sub) || strings.Contains(s.StatusMessage, sub) || in(s.Attrs) {
-		return true
+	var where []string
+	if holds(s.Name) {
+		where = append(where, "the name")
+	}
+	if holds(s.StatusMessage) {
+		where = append(where, "the status message")
+	}
+	for k, v := range s.Attrs {
+		if holds(v) {
+			where = append(where, "attribute "+k)
+		}
 	}
 	for _, e := range s.Events {
-		if strings.Contains(e.Name, sub) || in(e.Attrs) {
-			return true
+		if holds(e.Name) {
+			where = append(where, "event "+e.Name)
+		}
+		for k, v := range e.Attrs {
+			if holds(v) {
+				where = append(where, "event "+e.Name+" attribute "+k)
+			}
 		}
 	}
-	return false
+	slices.Sort(where)
+	return where
 }

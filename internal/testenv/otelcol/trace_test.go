@@ -194,3 +194,17 @@ func TestSpansWith(t *testing.T) {
 		}
 	}
 }
+
+// Holding names the places, sorted, and never the value.
+func TestHolding(t *testing.T) {
+	s := Span{Name: "provider.create token-a", StatusMessage: "401 token-a",
+		Attrs:  map[string]string{"b": "x token-a", "a": "token-b", "c": "clean"},
+		Events: []Event{{Name: "exception", Attrs: map[string]string{"exception.message": "token-b refused"}}, {Name: "token-a"}}}
+	want := []string{"attribute a", "attribute b", "event exception attribute exception.message", "event token-a", "the name", "the status message"}
+	if got := s.Holding("token-a", "token-b"); !slices.Equal(got, want) {
+		t.Errorf("Holding = %q, want %q", got, want)
+	}
+	if got := s.Holding("absent"); got != nil {
+		t.Errorf("Holding(absent) = %q", got)
+	}
+}
