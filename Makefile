@@ -6,6 +6,7 @@
 # make bench-fleet  the fleet benchmark: N Proxies against the API server's floor
 # make drills the fault drills: backend and API-server faults under a fleet
 # make drill-group  the group failover drill on the libvirt test host (issue 24)
+# make drill-node-lost  the group drill on a lost node of the two-node e2e cluster
 
 SHELL := /usr/bin/env bash -o pipefail
 .SHELLFLAGS := -ec
@@ -190,6 +191,10 @@ test-libvirt: libvirt-guest ## Bring the libvirt test host up, run PKG (default 
 .PHONY: drill-group
 drill-group: ## The group failover drill on the libvirt test host (root; about 20 minutes): a ProxyGroup of two guests holding one address, the holder's domain destroyed, then only its Squid stopped, then a template change rolled, then grown to three members and back (peers told in place); prints the gaps in answers (docs/groups.md).
 	EPO_GROUP_DRILL=1 $(MAKE) --no-print-directory test-libvirt PKG=./test/libvirt/group/... TESTFLAGS="-run TestGroupFailoverDrill"
+
+.PHONY: drill-node-lost
+drill-node-lost: $(KUSTOMIZE) ## The group drill on the kubernetes provider's lost node (root; about 12 minutes): make test-e2e on a two-node cluster (CLUSTER_NODES=2), a ProxyGroup of two members, the second node lost (hack/cluster/lose-node.sh); prints when the node went NotReady, the Service dropped the member, both served again (docs/groups.md).
+	CLUSTER_NODES=2 E2E_RUN=ProxyGroupNodeLost KUSTOMIZE="$(KUSTOMIZE)" test/e2e/run.sh
 
 ##@ Build
 

@@ -14,7 +14,14 @@ source "$here/lib.sh"
 
 [ "$(id -u)" = 0 ] || { echo "cluster: down needs root" >&2; exit 1; }
 
-cgroup_dirs() { local h; for h in /sys/fs/cgroup/*/"$cgroup_root"; do [ -d "$h" ] && echo "$h"; done; return 0; }
+# Every node's (lib.sh: a second one may have run whatever CLUSTER_NODES says now).
+cgroup_dirs() {
+  local h sfx
+  for sfx in "${all_node_suffixes[@]}"; do
+    for h in /sys/fs/cgroup/*/"$cgroup_root$sfx"; do [ -d "$h" ] && echo "$h"; done
+  done
+  return 0
+}
 if [ ! -e "$state" ] && ! ip link show "$bridge" >/dev/null 2>&1 && [ -z "$(cgroup_dirs)" ]; then
   log "nothing to take down"
   exit 0
@@ -52,29 +59,33 @@ fi
 
 # kubelet first, so nothing restarts the containers; then the containers,
 # through containerd while it still runs.
-stop kubelet
-if pid_alive containerd; then
-  for id in $("${ctr_cmd[@]}" tasks ls -q 2>/dev/null); do
-    "${ctr_cmd[@]}" tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
+stop kubelet kubelet-b
+for sfx in "${all_node_suffixes[@]}"; do
+  pid_alive "containerd$sfx" || continue
+  cluster_node "$sfx"
+  ctr=(ctr -a "$n_sock" -n k8s.io)
+  for id in $("${ctr[@]}" tasks ls -q 2>/dev/null); do
+    "${ctr[@]}" tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
   done
-  for id in $("${ctr_cmd[@]}" tasks ls -q 2>/dev/null); do
-    "${ctr_cmd[@]}" tasks delete -f "$id" >/dev/null 2>&1 || true
+  for id in $("${ctr[@]}" tasks ls -q 2>/dev/null); do
+    "${ctr[@]}" tasks delete -f "$id" >/dev/null 2>&1 || true
   done
-fi
+done
 # Whatever is left in kubelet's cgroups is a container process of ours.
 for _ in 1 2 3; do
   # shellcheck disable=SC2046 # one argument per cgroup.procs file
-  procs=$(cat $(for d in $(cgroup_dirs); do find "$d" -name cgroup.procs; done) /dev/null 2>/dev/null | sort -u)
+  procs=$(cat $(for d in $(cgroup_dirs); do find "$d" -name cgroup.procs; done) /dev/null 2>/dev/null | sort -u || true)
   [ -n "$procs" ] || break
   # shellcheck disable=SC2086 # one argument per PID
   kill -KILL $procs 2>/dev/null || true
   sleep 0.5
 done
-stop containerd
-# containerd-shim-runc-v2 outlives containerd by design; ours name our socket.
+stop containerd containerd-b
+# containerd-shim-runc-v2 outlives containerd by design; ours name our
+# sockets (both under the state directory).
 for p in /proc/[0-9]*; do
   cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
-  case "$cmd" in *containerd-shim*"-address $state/containerd/containerd.sock"*)
+  case "$cmd" in *containerd-shim*"-address $state/"*"containerd.sock"*)
     log "stopping shim ${p#/proc/}"; kill -KILL "${p#/proc/}" 2>/dev/null || true ;;
   esac
 done
@@ -146,13 +157,17 @@ fi
 # configurable in containerd 1.6): ours are named after our network, or
 # after one of our sandboxes for containerd's loopback.
 if [ -d /var/lib/cni/results ]; then
-  sandboxes=$state/containerd/root/io.containerd.grpc.v1.cri/sandboxes
   for f in /var/lib/cni/results/*; do
     [ -e "$f" ] || continue
     n=${f##*/}
     case "$n" in
       egress-e2e-*) rm -f "$f" ;;
-      cni-loopback-*-lo) id=${n#cni-loopback-}; id=${id%-lo}; [ ! -d "$sandboxes/$id" ] || rm -f "$f" ;;
+      cni-loopback-*-lo)
+        id=${n#cni-loopback-}; id=${id%-lo}
+        for sfx in "${all_node_suffixes[@]}"; do
+          cluster_node "$sfx"
+          [ ! -d "$n_dir/containerd/root/io.containerd.grpc.v1.cri/sandboxes/$id" ] || rm -f "$f"
+        done ;;
     esac
   done
 fi

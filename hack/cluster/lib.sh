@@ -26,12 +26,34 @@ etcd_client_port=12379
 etcd_peer_port=12380
 # kubelet's cgroups go under this root, in every cgroup v1 hierarchy.
 cgroup_root=egress-e2e
+# CLUSTER_NODES=2 adds a second node (issue 24's node-lost drill): its own
+# containerd and kubelet on this machine, the next address on the same
+# bridge (the Pods of both reach each other with no route), the upper half
+# of the Pod range. Two kubelets cannot share one containerd (each would
+# collect the other's sandboxes as unknown).
+node_suffixes=("")
+[ "${CLUSTER_NODES:-1}" -lt 2 ] || node_suffixes+=("-b")
+all_node_suffixes=("" "-b")
 # Names kubelet's Images are imported as (containerd's k8s.io namespace).
 pause_image=docker.io/local/pause:e2e
 busybox_image=docker.io/local/busybox:e2e
 
 kubeconfig=$state/kubeconfig
 ctr_cmd=(ctr -a "$state/containerd/containerd.sock" -n k8s.io)
+# cluster_node SUFFIX: the node's settings ("" the first node, "-b" the second):
+# n_name, n_ip, n_dir (its containerd, CNI, kubelet and Pod logs under it),
+# n_sock, n_cgroup, n_healthz (kubelet's healthz port on 127.0.0.1), the
+# Pod addresses it hands out (n_first..n_last); its processes' PID files
+# are containerd$SUFFIX and kubelet$SUFFIX.
+cluster_node() {
+  n_name=$node_name$1 n_cgroup=$cgroup_root$1
+  case "$1" in
+    "") n_ip=$node_ip n_dir=$state n_healthz=10248 n_first=10 n_last=127 ;;
+    -b) n_ip=$pod_net.2 n_dir=$state/node-b n_healthz=10247 n_first=130 n_last=250 ;;
+    *) echo "cluster: no node $1" >&2; return 1 ;;
+  esac
+  n_sock=$n_dir/containerd/containerd.sock
+}
 kubectl_cmd=("$bin/kubectl" --kubeconfig "$kubeconfig" --cache-dir "$state/kubectl-cache")
 # Paths kubelet makes whatever its --root-dir (device-plugins socket, the
 # container log links); down.sh removes those up.sh found missing.

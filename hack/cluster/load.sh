@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Imports image archives (docker-archive, or an OCI archive whose index
-# names its image) into the running e2e cluster's containerd, in the k8s.io
+# names its image) into the running e2e cluster's containerd (each node's,
+# with a second node up), in the k8s.io
 # namespace kubelet uses, and lists what it now holds. Pods then use the
 # image by that name with imagePullPolicy: Never or IfNotPresent (nothing
 # can be pulled here).
@@ -12,7 +13,14 @@ if [ $# -eq 0 ] || [ -z "$1" ]; then echo "usage: $0 ARCHIVE... (make cluster-lo
 pid_alive containerd || { echo "cluster: no e2e cluster is up (make cluster-up)" >&2; exit 1; }
 for a in "$@"; do
   [ -f "$a" ] || { echo "cluster: no such archive: $a" >&2; exit 1; }
-  # shellcheck disable=SC2086
-  "${ctr_cmd[@]}" images import ${CTR_IMPORT_FLAGS:-} "$a"
 done
-"${ctr_cmd[@]}" images ls -q | grep -v "^sha256:"
+for sfx in "${all_node_suffixes[@]}"; do
+  pid_alive "containerd$sfx" || continue
+  cluster_node "$sfx"
+  for a in "$@"; do
+    # shellcheck disable=SC2086
+    ctr -a "$n_sock" -n k8s.io images import ${CTR_IMPORT_FLAGS:-} "$a"
+  done
+  echo "node $n_name:"
+  ctr -a "$n_sock" -n k8s.io images ls -q | grep -v "^sha256:"
+done

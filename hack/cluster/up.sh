@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Brings up the e2e cluster: one node on this machine, every process
-# started here, everything under $state (lib.sh; default /tmp/egress-cluster).
+# Brings up the e2e cluster: one node on this machine (two with
+# CLUSTER_NODES=2: lib.sh), every process started here, everything under
+# $state (lib.sh; default /tmp/egress-cluster).
 #   etcd, kube-apiserver            the envtest binaries (build-control-plane.sh)
 #   kube-controller-manager         garbage collector, service-account tokens, ...
 #   kube-scheduler
 #   containerd + runc               Debian's, own root/state/socket, CRI plugin on
-#   kubelet                         node $node_name, Ready
+#   kubelet                         node $node_name, Ready (and $node_name-b, its own
+#                                   containerd and kubelet, with CLUSTER_NODES=2)
 #   CNI                             bridge $bridge + host-local on $pod_subnet:
 #                                   no masquerade, no NAT, no route off the machine
 # No kube-proxy and no DNS: Pods reach each other by Pod IP; of the
@@ -25,7 +27,8 @@ start=$SECONDS
 
 [ "$(id -u)" = 0 ] || { echo "cluster: up needs root (bridge, cgroups, containerd)" >&2; exit 1; }
 
-components=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
+components=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+for sfx in "${node_suffixes[@]}"; do components+=("containerd$sfx" "kubelet$sfx"); done
 all_up() {
   local c
   for c in "${components[@]}"; do pid_alive "$c" || return 1; done
@@ -63,7 +66,7 @@ on_failure() {
 }
 trap on_failure ERR
 
-mkdir -p "$state"/{pki,logs,pids,etcd,containerd,cni/net.d,cni/ipam,kubelet,pod-logs,images}
+mkdir -p "$state"/{pki,logs,pids,etcd,images}
 chmod 0700 "$state/pki"
 
 # What down.sh must put back: the sysctls kubelet rewrites at start
@@ -106,8 +109,6 @@ cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-clien
 cert admin "/O=system:masters/CN=egress-e2e-admin"
 cert controller-manager "/CN=system:kube-controller-manager"
 cert scheduler "/CN=system:kube-scheduler"
-cert kubelet "/O=system:nodes/CN=system:node:$node_name"
-cert kubelet-serving "/CN=$node_name" "IP:$node_ip,DNS:$node_name"
 openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
 openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 
@@ -136,7 +137,6 @@ KC
 write_kubeconfig "$kubeconfig" admin
 write_kubeconfig "$state/controller-manager.kubeconfig" controller-manager
 write_kubeconfig "$state/scheduler.kubeconfig" scheduler
-write_kubeconfig "$state/kubelet.kubeconfig" kubelet
 
 # run NAME CMD...: starts CMD in its own session, detached from this
 # shell, output to $state/logs/NAME.log, PID to $state/pids/NAME.pid.
@@ -167,6 +167,9 @@ wait_until() {
 ip link add "$bridge" type bridge
 ip addr add "$node_ip/24" dev "$bridge"
 ip addr add "$service_ip/32" dev "$bridge"
+for sfx in "${node_suffixes[@]}"; do
+  cluster_node "$sfx"; [ "$n_ip" = "$node_ip" ] || ip addr add "$n_ip/24" dev "$bridge"
+done
 ip link set "$bridge" up
 
 # --- etcd, kube-apiserver
@@ -213,17 +216,22 @@ wait_until "kube-controller-manager healthy" 60 curl -fsSk https://127.0.0.1:102
 watch_pid=kube-scheduler
 wait_until "kube-scheduler healthy" 60 curl -fsSk https://127.0.0.1:10259/healthz
 
-# --- containerd with its own root, state and socket; the CRI plugin uses
-# the local pause image and the CNI config below.
-cat >"$state/containerd/config.toml" <<TOML
+# start_node SUFFIX: the node's containerd (its own root, state and
+# socket; the CRI plugin uses the local pause image and the node's CNI
+# config), the images, and its kubelet, Ready (lib.sh's cluster_node).
+start_node() {
+  cluster_node "$1"
+  local sfx=$1
+  mkdir -p "$n_dir"/{containerd,cni/net.d,cni/ipam,kubelet,pod-logs}
+  cat >"$n_dir/containerd/config.toml" <<TOML
 version = 2
-root = "$state/containerd/root"
-state = "$state/containerd/state"
+root = "$n_dir/containerd/root"
+state = "$n_dir/containerd/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
 [grpc]
-  address = "$state/containerd/containerd.sock"
+  address = "$n_sock"
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$state/containerd/opt"
+  path = "$n_dir/containerd/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$pause_image"
   netns_mounts_under_state_dir = true
@@ -234,7 +242,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   stream_server_address = "127.0.0.1"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$state/cni/net.d"
+    conf_dir = "$n_dir/cni/net.d"
     max_conf_num = 1
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -243,18 +251,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "/usr/sbin/runc"
-        Root = "$state/containerd/runc"
+        Root = "$n_dir/containerd/runc"
         SystemdCgroup = false
 TOML
-# bridge + host-local, nothing else: no portmap, no masquerade, no default
-# route; besides the subnet's own, one route to the API server's address
-# through the node (delivered locally: nothing is forwarded). isGateway
-# false: the bridge already has the node's address, and the plugin then
-# leaves ip_forward alone.
-cat >"$state/cni/net.d/10-egress-e2e.conflist" <<JSON
+  # bridge + host-local, nothing else: no portmap, no masquerade, no default
+  # route; besides the subnet's own, one route to the API server's address
+  # through the first node (delivered locally: nothing is forwarded).
+  # isGateway false: the bridge already has the node's address, and the
+  # plugin then leaves ip_forward alone. Each node hands out its own part
+  # of the subnet from its own dataDir.
+  cat >"$n_dir/cni/net.d/10-egress-e2e.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
-  "name": "egress-e2e",
+  "name": "egress-e2e$sfx",
   "plugins": [
     {
       "type": "bridge",
@@ -265,57 +274,56 @@ cat >"$state/cni/net.d/10-egress-e2e.conflist" <<JSON
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
-        "dataDir": "$state/cni/ipam",
-        "ranges": [[{"subnet": "$pod_subnet", "rangeStart": "$pod_net.10", "rangeEnd": "$pod_net.250", "gateway": "$node_ip"}]],
+        "dataDir": "$n_dir/cni/ipam",
+        "ranges": [[{"subnet": "$pod_subnet", "rangeStart": "$pod_net.$n_first", "rangeEnd": "$pod_net.$n_last", "gateway": "$node_ip"}]],
         "routes": [{"dst": "$service_ip/32", "gw": "$node_ip"}]
       }
     }
   ]
 }
 JSON
-watch_pid=containerd
-run containerd containerd --config "$state/containerd/config.toml"
-wait_until "containerd serving" 60 "${ctr_cmd[@]}" version
-"$here/images.sh" "$state/images"
-for img in pause busybox; do "${ctr_cmd[@]}" images import "$state/images/$img.tar" >/dev/null; done
-log "imported $pause_image and $busybox_image into containerd's k8s.io namespace"
+  watch_pid=containerd$sfx
+  run "containerd$sfx" containerd --config "$n_dir/containerd/config.toml"
+  local ctr=(ctr -a "$n_sock" -n k8s.io)
+  wait_until "containerd$sfx serving" 60 "${ctr[@]}" version
+  for img in pause busybox; do "${ctr[@]}" images import "$state/images/$img.tar" >/dev/null; done
+  log "imported $pause_image and $busybox_image into containerd$sfx's k8s.io namespace"
 
-# --- kubelet, in its own cgroup root under every v1 hierarchy.
-for h in /sys/fs/cgroup/*/; do
-  case "$h" in */unified/) continue ;; esac
-  mkdir -p "$h$cgroup_root"
-  if [ -f "${h}cpuset.cpus" ]; then
-    cat "${h}cpuset.cpus" >"$h$cgroup_root/cpuset.cpus"
-    cat "${h}cpuset.mems" >"$h$cgroup_root/cpuset.mems"
-  fi
-done
-# Pods resolve nothing unless a test serves DNS on the node's bridge
-# address (test/e2e's PartnerAPISample does, for its own names): nothing
-# else listens there, and nothing forwards a query anywhere.
-echo "nameserver $node_ip" >"$state/resolv.conf"
-cat >"$state/kubelet/config.yaml" <<YAML
+  # kubelet, in its own cgroup root under every v1 hierarchy.
+  for h in /sys/fs/cgroup/*/; do
+    case "$h" in */unified/) continue ;; esac
+    mkdir -p "$h$n_cgroup"
+    if [ -f "${h}cpuset.cpus" ]; then
+      cat "${h}cpuset.cpus" >"$h$n_cgroup/cpuset.cpus"
+      cat "${h}cpuset.mems" >"$h$n_cgroup/cpuset.mems"
+    fi
+  done
+  cert "kubelet$sfx" "/O=system:nodes/CN=system:node:$n_name"
+  cert "kubelet$sfx-serving" "/CN=$n_name" "IP:$n_ip,DNS:$n_name"
+  write_kubeconfig "$state/kubelet$sfx.kubeconfig" "kubelet$sfx"
+  cat >"$n_dir/kubelet/config.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: $node_ip
+address: $n_ip
 port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-healthzPort: 10248
+healthzPort: $n_healthz
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
   x509: {clientCAFile: $pki/ca.crt}
 authorization: {mode: Webhook}
-tlsCertFile: $pki/kubelet-serving.crt
-tlsPrivateKeyFile: $pki/kubelet-serving.key
+tlsCertFile: $pki/kubelet$sfx-serving.crt
+tlsPrivateKeyFile: $pki/kubelet$sfx-serving.key
 cgroupDriver: cgroupfs
-cgroupRoot: /$cgroup_root
+cgroupRoot: /$n_cgroup
 failCgroupV1: false
 failSwapOn: false
-containerRuntimeEndpoint: unix://$state/containerd/containerd.sock
-imageServiceEndpoint: unix://$state/containerd/containerd.sock
-podLogsDir: $state/pod-logs
-volumePluginDir: $state/kubelet/volume-plugins
+containerRuntimeEndpoint: unix://$n_sock
+imageServiceEndpoint: unix://$n_sock
+podLogsDir: $n_dir/pod-logs
+volumePluginDir: $n_dir/kubelet/volume-plugins
 resolvConf: $state/resolv.conf
 clusterDomain: cluster.local
 maxPods: 30
@@ -325,14 +333,22 @@ imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 YAML
-watch_pid=kubelet
-run kubelet "$bin/kubelet" --config "$state/kubelet/config.yaml" --kubeconfig "$state/kubelet.kubeconfig" \
-  --root-dir "$state/kubelet" --cert-dir "$state/kubelet/pki" \
-  --hostname-override "$node_name" --node-ip "$node_ip"
-wait_until "kubelet healthy" 120 curl -fsS http://127.0.0.1:10248/healthz
-wait_until "node $node_name Ready" 180 "${kubectl_cmd[@]}" wait --for=condition=Ready "node/$node_name" --timeout=5s
+  watch_pid=kubelet$sfx
+  run "kubelet$sfx" "$bin/kubelet" --config "$n_dir/kubelet/config.yaml" --kubeconfig "$state/kubelet$sfx.kubeconfig" \
+    --root-dir "$n_dir/kubelet" --cert-dir "$n_dir/kubelet/pki" \
+    --hostname-override "$n_name" --node-ip "$n_ip"
+  wait_until "kubelet$sfx healthy" 120 curl -fsS "http://127.0.0.1:$n_healthz/healthz"
+  wait_until "node $n_name Ready" 180 "${kubectl_cmd[@]}" wait --for=condition=Ready "node/$n_name" --timeout=5s
+}
+
+"$here/images.sh" "$state/images"
+# Pods resolve nothing unless a test serves DNS on the node's bridge
+# address (test/e2e's PartnerAPISample does, for its own names): nothing
+# else listens there, and nothing forwards a query anywhere.
+echo "nameserver $node_ip" >"$state/resolv.conf"
+for sfx in "${node_suffixes[@]}"; do start_node "$sfx"; done
 watch_pid=
 wait_until "default ServiceAccount" 60 "${kubectl_cmd[@]}" -n default get serviceaccount default
 trap - ERR
-log "up in $((SECONDS - start))s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, kubelet; node $node_name; Pods on $pod_subnet (bridge $bridge), API server https://$service_ip:$apiserver_port"
+log "up in $((SECONDS - start))s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, kubelet; node(s) $("${kubectl_cmd[@]}" get nodes -o name | sed 's|^node/||' | paste -sd' '); Pods on $pod_subnet (bridge $bridge), API server https://$service_ip:$apiserver_port"
 echo "KUBECONFIG=$kubeconfig"

@@ -51,9 +51,12 @@ passwd_files() {
 }
 
 # load_image ARCHIVE: imports the archive into containerd's k8s.io
-# namespace (the one the kubelet uses) when IMAGE_LOAD names its socket.
+# namespace (the one the kubelet uses) when IMAGE_LOAD names its socket
+# (or several, space-separated: one per node).
 load_image() {
-  [ -n "${IMAGE_LOAD:-}" ] || return 0
-  echo "importing $1 into containerd at $IMAGE_LOAD (namespace k8s.io)"
-  ctr -a "$IMAGE_LOAD" -n k8s.io images import "$1"
+  local sock
+  for sock in ${IMAGE_LOAD:-}; do
+    echo "importing $1 into containerd at $sock (namespace k8s.io)"
+    ctr -a "$sock" -n k8s.io images import "$1"
+  done
 }

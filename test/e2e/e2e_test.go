@@ -107,6 +107,8 @@ func TestE2E(t *testing.T) {
 	t.Run("LeaderSIGKILLed", cl.testLeaderSIGKILLed)
 	t.Run("ConfigMapChangeReloaded", cl.testConfigMapChange)
 	t.Run("MetricsScrapedWithToken", cl.testMetricsScrape)
+	// Last: it loses a node (only on the two-node cluster).
+	t.Run("ProxyGroupNodeLost", cl.testProxyGroupNodeLost)
 }
 
 func connect(t *testing.T, kubeconfig string) *cluster {

@@ -65,7 +65,8 @@ make --no-print-directory cluster-up
 took "cluster up"
 
 step "images: make image and make image-squid, imported into the cluster's containerd"
-sock=$state/containerd/containerd.sock
+# Every node's containerd (two with CLUSTER_NODES=2: hack/cluster/lib.sh).
+sock=$(for sfx in "${node_suffixes[@]}"; do cluster_node "$sfx"; echo "$n_sock"; done | paste -sd' ')
 make --no-print-directory image IMG="$operator_img" IMAGE_LOAD="$sock"
 make --no-print-directory image-squid SQUID_IMG="$squid_img" IMAGE_LOAD="$sock"
 echo "e2e: operator image $operator_img $(cat bin/image/manager.digest), Squid image $squid_img $(cat bin/image/squid.digest)"
@@ -84,6 +85,12 @@ took "collector (build + image + deploy)"
 
 step "deploy: kustomize build test/e2e/config | kubectl apply"
 "$KUSTOMIZE" build test/e2e/config | "${k[@]}" apply --server-side -f -
+if [ ${#node_suffixes[@]} -gt 1 ]; then
+  # The operator stays on the first node: the drill (ProxyGroupNodeLost)
+  # stops the second, and measures a member's loss, not a leader's.
+  "${k[@]}" -n "$operator_ns" patch "deployment/$deployment" --type merge \
+    -p "{\"spec\":{\"template\":{\"spec\":{\"nodeSelector\":{\"kubernetes.io/hostname\":\"$node_name\"}}}}}"
+fi
 "${k[@]}" wait --for=condition=Established crd/proxies.egress.proxy-operator.dev crd/providerhealths.egress.proxy-operator.dev --timeout=60s
 "${k[@]}" -n "$operator_ns" rollout status "deployment/$deployment" --timeout=300s
 "${k[@]}" -n "$operator_ns" get pods -o wide
@@ -91,6 +98,11 @@ took "deploy (apply -> Deployment available)"
 
 step "go test ./test/e2e (E2E_RUN=${E2E_RUN:-all})"
 # shellcheck disable=SC2086 # E2E_TESTFLAGS is a list of flags
+if [ ${#node_suffixes[@]} -gt 1 ]; then
+  # ProxyGroupNodeLost's node and how to lose it; it is skipped without.
+  cluster_node -b
+  export E2E_LOSE_NODE=$root/hack/cluster/lose-node.sh E2E_LOST_NODE=$n_name
+fi
 E2E_KUBECONFIG=$kubeconfig E2E_KUBECTL=$bin/kubectl E2E_BUSYBOX_IMAGE=$busybox_image \
   go test ./test/e2e -count=1 -v -timeout 30m -run "TestE2E${E2E_RUN:+/$E2E_RUN}" ${E2E_TESTFLAGS:-}
 took "go test ./test/e2e"

@@ -73,8 +73,11 @@ func (p *Provider) deleteNamed(ctx context.Context, c clientset.Interface, kinds
 		if err != nil {
 			return deleted, err
 		}
-		if outcome == "deleted" {
+		switch outcome {
+		case outcomeDeleted:
 			deleted = append(deleted, k.kind)
+		case outcomeForced:
+			deleted = append(deleted, k.kind+" (past its grace: grace 0)")
 		}
 	}
 	return deleted, nil
@@ -82,10 +85,11 @@ func (p *Provider) deleteNamed(ctx context.Context, c clientset.Interface, kinds
 
 // going says obj needs no DELETE now: one this provider deleted that the
 // cache shows unchanged since, or a Pod within its grace period. A Pod
-// past it is deleted again: the kubelet's own last DELETE ends a Pod, and
-// a Pod with no node and no kubelet (envtest, the soak, the bench) that
-// the API server left terminating (its grace of 0 raced an update) goes
-// only so.
+// past it is deleted again, with a grace of 0 (deleteObject): the
+// kubelet's own last DELETE ends a Pod, and one whose kubelet is gone (a
+// lost node), or a Pod with no node and no kubelet (envtest, the soak, the
+// bench) that the API server left terminating (its grace of 0 raced an
+// update), goes only so.
 func going(obj metav1.Object, deletedByUs bool, now time.Time) bool {
 	ts := obj.GetDeletionTimestamp()
 	if ts == nil {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
@@ -393,15 +394,33 @@ func (p *Provider) readObject(ctx context.Context, c clientset.Interface, k obje
 	return obj, err
 }
 
+// The outcomes of deleteObject that sent a DELETE the API server took.
+const (
+	outcomeDeleted = "deleted"
+	outcomeForced  = "deleted past its grace (grace 0)"
+)
+
 // deleteObject deletes obj, of kind k, only while it is the object read
-// (the UID precondition), and says how it went.
+// (the UID precondition), and says how it went. An object still there past its deletion deadline (callers skip one
+// within it: going) is deleted with a grace of 0: a Pod whose kubelet did
+// not end it in its grace is on a node that is lost or cut off, and only
+// that removes it from the API server, so that its name, its Service's
+// endpoints and its owner's replacement are free; a proxy holds no state a
+// second copy could corrupt, and a kubelet that comes back stops the
+// containers of a Pod the API server no longer has.
 func (p *Provider) deleteObject(ctx context.Context, c clientset.Interface, k objectKind, obj metav1.Object) (string, error) {
 	uid := obj.GetUID()
-	err := k.del(ctx, c, obj.GetNamespace(), obj.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
+	outcome := outcomeDeleted
+	if obj.GetDeletionTimestamp() != nil {
+		opts.GracePeriodSeconds = ptr.To[int64](0)
+		outcome = outcomeForced
+	}
+	err := k.del(ctx, c, obj.GetNamespace(), obj.GetName(), opts)
 	switch {
 	case err == nil:
 		p.cache.own.deleted(uid)
-		return "deleted", nil
+		return outcome, nil
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return "gone or replaced meanwhile", nil
 	default:

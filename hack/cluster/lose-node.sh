@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Loses the e2e cluster's second node (CLUSTER_NODES=2) as a machine that
+# stops loses it: SIGKILL to its kubelet, to every process in its cgroups
+# (its Pods' containers), to its containerd and its shims. Nothing tells the
+# API server: the Node object and its Pods stay as they were, until the
+# node lifecycle controller finds the node's heartbeats missing. Used by
+# test/e2e's ProxyGroupNodeLost (make drill-node-lost); down.sh removes
+# what is left (mounts, cgroups). Needs root.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+[ "$(id -u)" = 0 ] || { echo "cluster: lose-node needs root" >&2; exit 1; }
+cluster_node -b
+pid_alive kubelet-b || { echo "cluster: node $n_name is not up (CLUSTER_NODES=2 make cluster-up)" >&2; exit 1; }
+kill -KILL "$(cat "$state/pids/kubelet-b.pid")" || true
+for _ in 1 2 3; do
+  # shellcheck disable=SC2046 # one argument per cgroup.procs file
+  # (a cgroup may go while it is read: that is no failure here)
+  procs=$(cat $(find /sys/fs/cgroup/*/"$n_cgroup" -name cgroup.procs 2>/dev/null) /dev/null 2>/dev/null | sort -u || true)
+  [ -n "$procs" ] || break
+  # shellcheck disable=SC2086 # one argument per PID
+  kill -KILL $procs 2>/dev/null || true
+done
+for p in /proc/[0-9]*; do
+  cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+  case "$cmd" in *containerd-shim*"-address $n_sock"*) kill -KILL "${p#/proc/}" 2>/dev/null || true ;; esac
+done
+if pid_alive containerd-b; then kill -KILL "$(cat "$state/pids/containerd-b.pid")" || true; fi
+log "node $n_name lost: its kubelet, containers, shims and containerd killed"
