@@ -189,8 +189,8 @@ test-libvirt: libvirt-guest ## Bring the libvirt test host up, run PKG (default 
 	PKG="$(PKG)" TESTFLAGS="$(TESTFLAGS)" hack/libvirt/test.sh
 
 .PHONY: drill-group
-drill-group: ## The group failover drill on the libvirt test host (root; about 20 minutes): a ProxyGroup of two guests holding one address, the holder's domain destroyed, then only its Squid stopped, then a template change rolled, then grown to three members and back (peers told in place); prints the gaps in answers (docs/groups.md).
-	EPO_GROUP_DRILL=1 $(MAKE) --no-print-directory test-libvirt PKG=./test/libvirt/group/... TESTFLAGS="-run TestGroupFailoverDrill"
+drill-group: envtest-assets ## The group failover drill on the libvirt test host (root; about 20 minutes): a ProxyGroup of two guests holding one address, the holder's domain destroyed, then only its Squid stopped, then a template change rolled, then grown to three members and back (peers told in place); prints the gaps in answers (docs/groups.md).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" EPO_GROUP_DRILL=1 $(MAKE) --no-print-directory test-libvirt PKG=./test/libvirt/group/... TESTFLAGS="-run TestGroupFailoverDrill"
 
 .PHONY: drill-node-lost
 drill-node-lost: $(KUSTOMIZE) ## The group drill on the kubernetes provider's lost node (root; about 12 minutes): make test-e2e on a two-node cluster (CLUSTER_NODES=2), a ProxyGroup of two members, the second node lost (hack/cluster/lose-node.sh); prints when the node went NotReady, the Service dropped the member, both served again (docs/groups.md).

@@ -27,8 +27,16 @@ if "${k[@]}" get namespace "$ns" >/dev/null 2>&1; then
   "${k[@]}" delete namespace "$ns" --timeout=120s >/dev/null
 fi
 
-"${k[@]}" wait --for=condition=Ready "node/$node_name" --timeout=60s >/dev/null || fail "node $node_name not Ready"
-ok "node $node_name Ready"
+for sfx in "${node_suffixes[@]}"; do
+  cluster_node "$sfx"
+  "${k[@]}" wait --for=condition=Ready "node/$n_name" --timeout=60s >/dev/null || fail "node $n_name not Ready"
+  ok "node $n_name Ready"
+done
+# The server on the last node, the clients on the first (the scheduler
+# places them by nodeSelector): with a second
+# node (CLUSTER_NODES=2) Pod to Pod crosses from one node's Pods to the
+# other's.
+server_node=$n_name
 
 "${k[@]}" apply -f - >/dev/null <<YAML
 apiVersion: v1
@@ -52,6 +60,7 @@ metadata:
   namespace: $ns
   labels: {app: $1}
 spec:
+  nodeSelector: {kubernetes.io/hostname: ${pod_node:-$node_name}}
   restartPolicy: $2
   activeDeadlineSeconds: 300
   automountServiceAccountToken: $3
@@ -78,7 +87,7 @@ YAML
 }
 
 t0=$SECONDS
-restricted_pod server Always false '
+pod_node=$server_node restricted_pod server Always false '
 busybox id
 if busybox touch /probe 2>/dev/null; then echo root-writable; else echo root-read-only; fi
 echo '"$token"' > /srv/index.html
@@ -108,7 +117,7 @@ restricted_pod client Never false "busybox wget -q -O - http://$ip:8080/index.ht
   "${k[@]}" -n "$ns" logs client >&2 || true; fail "Pod client did not succeed"; }
 got=$("${k[@]}" -n "$ns" logs client)
 [ "$got" = "$token" ] || fail "client fetched '$got', want '$token'"
-ok "client Pod fetched the server's token from $ip:8080 ($((SECONDS - t0))s)"
+ok "client Pod on node $node_name fetched the server's token from $ip:8080 on node $server_node ($((SECONDS - t0))s)"
 
 # The "kubernetes" Service's ClusterIP answers from a Pod (kube-apiserver
 # listens on it): a plain-HTTP request gets Go's TLS server's answer to one.
