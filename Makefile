@@ -193,8 +193,8 @@ drill-group: envtest-assets ## The group failover drill on the libvirt test host
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" EPO_GROUP_DRILL=1 $(MAKE) --no-print-directory test-libvirt PKG=./test/libvirt/group/... TESTFLAGS="-run TestGroupFailoverDrill"
 
 .PHONY: drill-node-lost
-drill-node-lost: $(KUSTOMIZE) ## The group drill on the kubernetes provider's lost node (root; about 12 minutes): make test-e2e on a two-node cluster (CLUSTER_NODES=2), a ProxyGroup of two members, the second node lost (hack/cluster/lose-node.sh); prints when the node went NotReady, the Service dropped the member, both served again (docs/groups.md).
-	CLUSTER_NODES=2 E2E_RUN=ProxyGroupNodeLost KUSTOMIZE="$(KUSTOMIZE)" test/e2e/run.sh
+drill-node-lost: ## The group drill on the kubernetes provider's lost node (root; about 12 minutes): make test-e2e on a two-node cluster (CLUSTER_NODES=2), a ProxyGroup of two members, the second node lost (hack/cluster/lose-node.sh); prints when the node went NotReady, the Service dropped the member, both served again (docs/groups.md).
+	CLUSTER_NODES=2 E2E_RUN=ProxyGroupNodeLost $(MAKE) --no-print-directory test-e2e
 
 ##@ Build
 

@@ -15,13 +15,7 @@ source "$here/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "cluster: down needs root" >&2; exit 1; }
 
 # Every node's (lib.sh: a second one may have run whatever CLUSTER_NODES says now).
-cgroup_dirs() {
-  local h sfx
-  for sfx in "${all_node_suffixes[@]}"; do
-    for h in /sys/fs/cgroup/*/"$cgroup_root$sfx"; do [ -d "$h" ] && echo "$h"; done
-  done
-  return 0
-}
+cgroup_dirs() { node_cgroup_dirs "${all_node_suffixes[@]}"; }
 if [ ! -e "$state" ] && ! ip link show "$bridge" >/dev/null 2>&1 && [ -z "$(cgroup_dirs)" ]; then
   log "nothing to take down"
   exit 0
@@ -59,7 +53,8 @@ fi
 
 # kubelet first, so nothing restarts the containers; then the containers,
 # through containerd while it still runs.
-stop kubelet kubelet-b
+# shellcheck disable=SC2046 # one name per node
+stop $(printf 'kubelet%s ' "${all_node_suffixes[@]}")
 for sfx in "${all_node_suffixes[@]}"; do
   pid_alive "containerd$sfx" || continue
   cluster_node "$sfx"
@@ -72,23 +67,11 @@ for sfx in "${all_node_suffixes[@]}"; do
   done
 done
 # Whatever is left in kubelet's cgroups is a container process of ours.
-for _ in 1 2 3; do
-  # shellcheck disable=SC2046 # one argument per cgroup.procs file
-  procs=$(cat $(for d in $(cgroup_dirs); do find "$d" -name cgroup.procs; done) /dev/null 2>/dev/null | sort -u || true)
-  [ -n "$procs" ] || break
-  # shellcheck disable=SC2086 # one argument per PID
-  kill -KILL $procs 2>/dev/null || true
-  sleep 0.5
-done
-stop containerd containerd-b
-# containerd-shim-runc-v2 outlives containerd by design; ours name our
-# sockets (both under the state directory).
-for p in /proc/[0-9]*; do
-  cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
-  case "$cmd" in *containerd-shim*"-address $state/"*"containerd.sock"*)
-    log "stopping shim ${p#/proc/}"; kill -KILL "${p#/proc/}" 2>/dev/null || true ;;
-  esac
-done
+# shellcheck disable=SC2046 # one argument per directory
+kill_cgroup_procs $(cgroup_dirs)
+# shellcheck disable=SC2046 # one name per node
+stop $(printf 'containerd%s ' "${all_node_suffixes[@]}")
+kill_shims "$state/*containerd.sock"
 stop kube-scheduler kube-controller-manager kube-apiserver
 stop etcd
 

@@ -54,6 +54,42 @@ cluster_node() {
   esac
   n_sock=$n_dir/containerd/containerd.sock
 }
+# node_cgroup_dirs SUFFIX...: the nodes' kubelet cgroup roots that exist,
+# one per cgroup v1 hierarchy.
+node_cgroup_dirs() {
+  local h sfx
+  for sfx in "$@"; do
+    for h in /sys/fs/cgroup/*/"$cgroup_root$sfx"; do [ -d "$h" ] && echo "$h"; done
+  done
+  return 0
+}
+# kill_cgroup_procs DIR...: SIGKILL to every process in the cgroups under
+# the DIRs (a node's containers), up to three rounds half a second apart;
+# a cgroup that goes while it is read is no failure.
+kill_cgroup_procs() {
+  local procs
+  for _ in 1 2 3; do
+    # shellcheck disable=SC2046 # one argument per cgroup.procs file
+    procs=$(cat $(for d in "$@"; do find "$d" -name cgroup.procs 2>/dev/null; done) /dev/null 2>/dev/null | sort -u || true)
+    [ -n "$procs" ] || return 0
+    # shellcheck disable=SC2086 # one argument per PID
+    kill -KILL $procs 2>/dev/null || true
+    sleep 0.5
+  done
+}
+# kill_shims PATTERN: SIGKILL to the containerd-shim processes whose
+# -address matches PATTERN (a shell pattern: the shims outlive containerd
+# by design, and ours name our sockets).
+kill_shims() {
+  local p cmd
+  for p in /proc/[0-9]*; do
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+    # shellcheck disable=SC2254 # $1 is a pattern
+    case "$cmd" in *containerd-shim*"-address "$1*)
+      log "stopping shim ${p#/proc/}"; kill -KILL "${p#/proc/}" 2>/dev/null || true ;;
+    esac
+  done
+}
 kubectl_cmd=("$bin/kubectl" --kubeconfig "$kubeconfig" --cache-dir "$state/kubectl-cache")
 # Paths kubelet makes whatever its --root-dir (device-plugins socket, the
 # container log links); down.sh removes those up.sh found missing.

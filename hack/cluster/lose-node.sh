@@ -12,17 +12,8 @@ source "$(dirname "$0")/lib.sh"
 cluster_node -b
 pid_alive kubelet-b || { echo "cluster: node $n_name is not up (CLUSTER_NODES=2 make cluster-up)" >&2; exit 1; }
 kill -KILL "$(cat "$state/pids/kubelet-b.pid")" || true
-for _ in 1 2 3; do
-  # shellcheck disable=SC2046 # one argument per cgroup.procs file
-  # (a cgroup may go while it is read: that is no failure here)
-  procs=$(cat $(find /sys/fs/cgroup/*/"$n_cgroup" -name cgroup.procs 2>/dev/null) /dev/null 2>/dev/null | sort -u || true)
-  [ -n "$procs" ] || break
-  # shellcheck disable=SC2086 # one argument per PID
-  kill -KILL $procs 2>/dev/null || true
-done
-for p in /proc/[0-9]*; do
-  cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
-  case "$cmd" in *containerd-shim*"-address $n_sock"*) kill -KILL "${p#/proc/}" 2>/dev/null || true ;; esac
-done
+# shellcheck disable=SC2046 # one argument per directory
+kill_cgroup_procs $(node_cgroup_dirs -b)
+kill_shims "$n_sock"
 if pid_alive containerd-b; then kill -KILL "$(cat "$state/pids/containerd-b.pid")" || true; fi
 log "node $n_name lost: its kubelet, containers, shims and containerd killed"

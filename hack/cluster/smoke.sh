@@ -33,9 +33,8 @@ for sfx in "${node_suffixes[@]}"; do
   ok "node $n_name Ready"
 done
 # The server on the last node, the clients on the first (the scheduler
-# places them by nodeSelector): with a second
-# node (CLUSTER_NODES=2) Pod to Pod crosses from one node's Pods to the
-# other's.
+# places them by nodeSelector): with a second node (CLUSTER_NODES=2) Pod
+# to Pod crosses from one node's Pods to the other's.
 server_node=$n_name
 
 "${k[@]}" apply -f - >/dev/null <<YAML

@@ -97,12 +97,12 @@ fi
 took "deploy (apply -> Deployment available)"
 
 step "go test ./test/e2e (E2E_RUN=${E2E_RUN:-all})"
-# shellcheck disable=SC2086 # E2E_TESTFLAGS is a list of flags
 if [ ${#node_suffixes[@]} -gt 1 ]; then
   # ProxyGroupNodeLost's node and how to lose it; it is skipped without.
   cluster_node -b
   export E2E_LOSE_NODE=$root/hack/cluster/lose-node.sh E2E_LOST_NODE=$n_name
 fi
+# shellcheck disable=SC2086 # E2E_TESTFLAGS is a list of flags
 E2E_KUBECONFIG=$kubeconfig E2E_KUBECTL=$bin/kubectl E2E_BUSYBOX_IMAGE=$busybox_image \
   go test ./test/e2e -count=1 -v -timeout 30m -run "TestE2E${E2E_RUN:+/$E2E_RUN}" ${E2E_TESTFLAGS:-}
 took "go test ./test/e2e"

@@ -45,25 +45,12 @@ func TestGoing(t *testing.T) {
 // The Pod here is bound to a node no kubelet runs, and evicted with a
 // grace of 1 s, as the taint manager evicts from an unreachable node.
 func TestDeletePastGraceOnALostNode(t *testing.T) {
-	ns := newNamespace(t, "lostnode", nil)
-	cs := adminClient(t)
-	p := newAPIProvider(t, "inst", Config{}, nil)
+	p, cs, ns, inst, name := runningInstance(t, "lostnode")
 	ctx := context.Background()
-	inst, err := p.Create(ctx, apiRequest(ns, "lost"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, name, err := parseID(inst.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
 	pods := cs.CoreV1().Pods(ns)
 	if err := pods.Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Target: corev1.ObjectReference{Kind: "Node", Name: "lost-node"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("binding pod %s to a node: %v", name, err)
-	}
-	if got := waitRunning(ctx, t, cs, p, inst.ID); got.State != provider.StateRunning {
-		t.Fatalf("never Running: %+v", got)
 	}
 	if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)}); err != nil {
 		t.Fatalf("evicting pod %s: %v", name, err)

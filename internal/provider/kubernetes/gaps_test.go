@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -192,21 +193,8 @@ func TestResourceQuotaIsQuotaExceeded(t *testing.T) {
 // Gap: a Pod being deleted still reported its phase, so it could read
 // Running. A Ready Pod being deleted is Terminated, without an IP.
 func TestGap_DeletingPodNeverRunning(t *testing.T) {
-	ns := newNamespace(t, "deleting", nil)
-	cs := adminClient(t)
-	p := newAPIProvider(t, "inst", Config{}, nil)
+	p, cs, ns, inst, name := runningInstance(t, "deleting")
 	ctx := context.Background()
-	inst, err := p.Create(ctx, apiRequest(ns, "deleting"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := waitRunning(ctx, t, cs, p, inst.ID); got.State != provider.StateRunning {
-		t.Fatalf("never Running: %+v", got)
-	}
-	_, name, err := parseID(inst.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// A finalizer keeps the Pod readable with its deletion timestamp.
 	setPodFinalizers(t, ns, name, "test.example/hold")
 	t.Cleanup(func() { setPodFinalizers(t, ns, name) })
@@ -228,6 +216,30 @@ func TestGap_DeletingPodNeverRunning(t *testing.T) {
 	if got.State != provider.StateTerminated || got.IP != "" || got.Host != "" {
 		t.Errorf("Get of a Ready Pod being deleted: %+v; want Terminated without IP or host", got)
 	}
+}
+
+// runningInstance makes the instance of a Proxy named proxy in a new
+// namespace of that prefix on the test API server, through a provider of
+// its own, and plays its kubelet until Get reads it Running; it returns
+// the Pod's name too.
+func runningInstance(t *testing.T, proxy string) (*Provider, clientset.Interface, string, provider.Instance, string) {
+	t.Helper()
+	ns := newNamespace(t, proxy, nil)
+	cs := adminClient(t)
+	p := newAPIProvider(t, "inst", Config{}, nil)
+	ctx := context.Background()
+	inst, err := p.Create(ctx, apiRequest(ns, proxy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitRunning(ctx, t, cs, p, inst.ID); got.State != provider.StateRunning {
+		t.Fatalf("never Running: %+v", got)
+	}
+	_, name, err := parseID(inst.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, cs, ns, inst, name
 }
 
 // setPodFinalizers replaces the Pod's finalizers, retrying on conflicts

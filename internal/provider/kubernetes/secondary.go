@@ -401,13 +401,14 @@ const (
 )
 
 // deleteObject deletes obj, of kind k, only while it is the object read
-// (the UID precondition), and says how it went. An object still there past its deletion deadline (callers skip one
-// within it: going) is deleted with a grace of 0: a Pod whose kubelet did
-// not end it in its grace is on a node that is lost or cut off, and only
-// that removes it from the API server, so that its name, its Service's
-// endpoints and its owner's replacement are free; a proxy holds no state a
-// second copy could corrupt, and a kubelet that comes back stops the
-// containers of a Pod the API server no longer has.
+// (the UID precondition), and says how it went. An object still there
+// past its deletion deadline (callers skip one within it: going) is
+// deleted with a grace of 0: a Pod whose kubelet did not end it in its
+// grace is on a node that is lost or cut off, and only that removes it
+// from the API server, so that its name, its Service's endpoints and its
+// owner's replacement are free; a proxy holds no state a second copy
+// could corrupt, and a kubelet that comes back stops the containers of a
+// Pod the API server no longer has.
 func (p *Provider) deleteObject(ctx context.Context, c clientset.Interface, k objectKind, obj metav1.Object) (string, error) {
 	uid := obj.GetUID()
 	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
