@@ -76,6 +76,9 @@ type ProxyReconciler struct {
 	sweeps sweepLists
 	// heals bounds the autoheals in flight per entry (proxy_autoheal.go).
 	heals healLimiter
+	// lag keeps a pass off a cached copy its own last write replaced
+	// (proxy_cachelag.go).
+	lag cacheLag
 }
 
 // Defaults for the reconciler's knobs; main exposes them as flags.
@@ -134,10 +137,25 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := r.Client.Get(ctx, req.NamespacedName, px); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
+			r.lag.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
 	}
+	if r.lag.behind(req.NamespacedName, px.ResourceVersion) {
+		return ctrl.Result{RequeueAfter: cacheLagRecheck}, nil
+	}
+	read := px.ResourceVersion
+	res, err := r.reconcileProxy(ctx, px)
+	if px.ResourceVersion != read {
+		// The pass wrote (a client write updates px with the answer).
+		r.lag.wrote(req.NamespacedName, read)
+	}
+	return res, err
+}
+
+// reconcileProxy is one pass over px, read from the cache.
+func (r *ProxyReconciler) reconcileProxy(ctx context.Context, px *egressv1.Proxy) (ctrl.Result, error) {
 	if !r.Scope.Includes(px) {
 		return ctrl.Result{}, nil // another installation's Proxy
 	}
@@ -147,8 +165,8 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	// The finalizer goes on before anything exists on a backend, so that
 	// nothing can be created that the Proxy's deletion would not remove.
-	// The update's own watch event brings the next pass, which then reads a
-	// cache that has caught up: no Create from a stale status.
+	// The update's own watch event brings the next pass, and r.lag keeps
+	// any pass before it off the copy without the finalizer.
 	if controllerutil.AddFinalizer(px, Finalizer) {
 		return r.written(ctx, ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, px)))
 	}
@@ -158,8 +176,9 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 }
 
 // written turns a status write that lost a race into a quiet requeue: the
-// pass acted on a cache that had not caught up (with our own last write,
-// or a spec change), and the next pass reads a fresher one. Its provider
+// pass acted on a cache that had not caught up with another writer's
+// change (a spec change, the group's roll), and the next pass reads a
+// fresher one. Its provider
 // calls are idempotent, and whatever they made that the status now misses
 // is found by the sweeps (ownedUnrecorded at deletion, supersedeUnrecorded
 // after a spec change).

@@ -570,7 +570,11 @@ func TestProxyGroupOnAPool(t *testing.T) {
 	for i, name := range []string{"vip-0", "vip-1"} {
 		reqs := creates[name]
 		if len(reqs) != 1 {
-			t.Errorf("member %s: %d creates, want 1 (made once its peers were known)", name, len(reqs))
+			var made []string
+			for _, req := range reqs {
+				made = append(made, fmt.Sprintf("%s (group address %+v)", req.Name, req.GroupAddress))
+			}
+			t.Errorf("member %s: %d creates, want 1 (made once its peers were known): %s", name, len(reqs), strings.Join(made, ", "))
 			continue
 		}
 		ga, st := reqs[0].GroupAddress, reqs[0].StaticAddress

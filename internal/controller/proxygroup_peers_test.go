@@ -154,9 +154,10 @@ func TestProxyGroupPeersChangedInPlace(t *testing.T) {
 		}
 	}
 	checkKept("grown")
-	// A pass that read a Proxy before its own last status write may
-	// repeat a Create, which is idempotent (proxy_controller.go,
-	// written): the instances made are counted by name.
+	// A pass whose status write lost to another writer's change (the
+	// group's roll) repeats its Create on the next pass, which is
+	// idempotent (proxy_controller.go, written): the instances made are
+	// counted by name.
 	instancesMade := func(proxy string) (names []string, first *provider.CreateRequest) {
 		for _, req := range fp.CreateRequests() {
 			if req.ProxyName == proxy && !slices.Contains(names, req.Name) {
