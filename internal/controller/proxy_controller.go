@@ -77,7 +77,7 @@ type ProxyReconciler struct {
 	// heals bounds the autoheals in flight per entry (proxy_autoheal.go).
 	heals healLimiter
 	// lag keeps a pass off a cached copy its own last write replaced
-	// (proxy_cachelag.go).
+	// (cachelag.go).
 	lag cacheLag
 }
 
@@ -142,16 +142,7 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 		return ctrl.Result{}, err
 	}
-	if r.lag.behind(req.NamespacedName, px.ResourceVersion) {
-		return ctrl.Result{RequeueAfter: cacheLagRecheck}, nil
-	}
-	read := px.ResourceVersion
-	res, err := r.reconcileProxy(ctx, px)
-	if px.ResourceVersion != read {
-		// The pass wrote (a client write updates px with the answer).
-		r.lag.wrote(req.NamespacedName, read)
-	}
-	return res, err
+	return r.lag.pass(ctx, req.NamespacedName, px, func() (ctrl.Result, error) { return r.reconcileProxy(ctx, px) })
 }
 
 // reconcileProxy is one pass over px, read from the cache.
@@ -168,26 +159,11 @@ func (r *ProxyReconciler) reconcileProxy(ctx context.Context, px *egressv1.Proxy
 	// The update's own watch event brings the next pass, and r.lag keeps
 	// any pass before it off the copy without the finalizer.
 	if controllerutil.AddFinalizer(px, Finalizer) {
-		return r.written(ctx, ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, px)))
+		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, px))
 	}
 	before := px.DeepCopy()
 	res := r.reconcileNormal(ctx, px)
-	return r.written(ctx, res, r.writeStatus(ctx, before, px))
-}
-
-// written turns a status write that lost a race into a quiet requeue: the
-// pass acted on a cache that had not caught up with another writer's
-// change (a spec change, the group's roll), and the next pass reads a
-// fresher one. Its provider
-// calls are idempotent, and whatever they made that the status now misses
-// is found by the sweeps (ownedUnrecorded at deletion, supersedeUnrecorded
-// after a spec change).
-func (r *ProxyReconciler) written(ctx context.Context, res ctrl.Result, err error) (ctrl.Result, error) {
-	if apierrors.IsConflict(err) {
-		logr.FromContextOrDiscard(ctx).V(1).Info("status changed since the pass read it; reconciling again")
-		return ctrl.Result{Requeue: true}, nil
-	}
-	return res, err
+	return res, r.writeStatus(ctx, before, px)
 }
 
 // reconcileNormal moves the Proxy one step towards a running instance and

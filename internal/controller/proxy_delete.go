@@ -29,14 +29,14 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, px *egressv1.Prox
 	before := px.DeepCopy()
 	res, done := r.deleteInstances(ctx, px)
 	if !done {
-		return r.written(ctx, res, r.writeStatus(ctx, before, px))
+		return res, r.writeStatus(ctx, before, px)
 	}
 	if released, err := r.releasePoolAddress(ctx, px); err != nil || !released {
 		if err == nil {
 			err = errPoolPending{fmt.Sprintf("releasing the Proxy's address %s (IPAddressClaim %s/%s)", px.Status.EgressAddress.Address, px.Namespace, px.Name)}
 		}
 		r.report(px, observation{seen: addressPending, err: err})
-		return r.written(ctx, ctrl.Result{RequeueAfter: poolPendingPoll}, r.writeStatus(ctx, before, px))
+		return ctrl.Result{RequeueAfter: poolPendingPoll}, r.writeStatus(ctx, before, px)
 	}
 	r.forget(key(px))
 	if a := egressAddressOf(px, pooled(px)); a != nil && a.Reserve && a.Retain && px.Status.EgressAddress != nil {
@@ -45,7 +45,7 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, px *egressv1.Prox
 			a.Name, a.Name)
 	}
 	controllerutil.RemoveFinalizer(px, Finalizer)
-	return r.written(ctx, ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, px)))
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, px))
 }
 
 func (r *ProxyReconciler) deleteInstances(ctx context.Context, px *egressv1.Proxy) (ctrl.Result, bool) {

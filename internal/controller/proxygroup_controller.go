@@ -42,6 +42,10 @@ type ProxyGroupReconciler struct {
 	// to or from it), so the member's status follows at once instead of
 	// at its running resync.
 	InstanceChanged func(id string)
+
+	// lag keeps a pass off a cached copy its own last write replaced
+	// (cachelag.go).
+	lag cacheLag
 }
 
 // +kubebuilder:rbac:groups=egress.proxy-operator.dev,resources=proxygroups,verbs=get;list;watch;update
@@ -73,11 +77,19 @@ func (r *ProxyGroupReconciler) includes(g *egressv1.ProxyGroup) bool {
 
 // Reconcile takes one step of the group's plan and writes its status.
 func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := logr.FromContextOrDiscard(ctx)
 	g := &egressv1.ProxyGroup{}
 	if err := r.Client.Get(ctx, req.NamespacedName, g); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.lag.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	return r.lag.pass(ctx, req.NamespacedName, g, func() (ctrl.Result, error) { return r.reconcileGroup(ctx, g) })
+}
+
+// reconcileGroup is one pass over g, read from the cache.
+func (r *ProxyGroupReconciler) reconcileGroup(ctx context.Context, g *egressv1.ProxyGroup) (ctrl.Result, error) {
+	log := logr.FromContextOrDiscard(ctx)
 	if !r.includes(g) {
 		return ctrl.Result{}, nil
 	}
@@ -208,11 +220,11 @@ func (r *ProxyGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	// Before a move the status is written even when nothing in it
 	// changed: the write carries the resourceVersion read, so a pass on a
-	// stale copy of the group (the cache behind its own last write)
-	// conflicts here and moves nothing. Where the address is lives only
-	// in the status: a stale pass that moved it, and whose write then
-	// failed, would leave the status naming an instance that no longer
-	// holds it, and nothing would move it back.
+	// stale copy of the group that r.lag let through (the version between
+	// a pass's two writes) conflicts here and moves nothing. Where the
+	// address is lives only in the status: a stale pass that moved it,
+	// and whose write then failed, would leave the status naming an
+	// instance that no longer holds it, and nothing would move it back.
 	if err := writeStatus(move != nil); err != nil {
 		return ctrl.Result{}, err
 	}

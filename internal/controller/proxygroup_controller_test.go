@@ -630,13 +630,14 @@ func TestProxyGroupOnAPool(t *testing.T) {
 	hold("vip-0", &no)
 	hold("vip-1", &yes)
 	heldBy("vip-1")
-	// A pass on a stale copy of the group (the cache behind its own last
-	// write: no holder yet) tells no move: its status write conflicts.
+	// A pass on a stale copy of the group (the cache behind a write: no
+	// holder yet) tells no move: its status write conflicts, told as a
+	// requeue.
 	staleEvs := &groupEvents{}
-	sr := &ProxyGroupReconciler{Client: staleGroupClient{Client: env.Client, stale: stale}, APIReader: env.Client,
+	sr := &ProxyGroupReconciler{Client: &laggingCache{Client: env.Client, group: stale}, APIReader: env.Client,
 		Providers: &staticProviders{entries: map[string]*registry.Entry{entry.Name: entry}}, Recorder: staleEvs}
-	if _, err := sr.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(g)}); !apierrors.IsConflict(err) {
-		t.Errorf("a pass on a stale copy of the group: %v, want a conflict", err)
+	if res, err := sr.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(g)}); err != nil || !res.Requeue {
+		t.Errorf("a pass on a stale copy of the group: %+v, %v; want its status write's conflict told as a requeue", res, err)
 	}
 	if got := staleEvs.with("HolderMoved"); len(got) > 0 {
 		t.Errorf("a pass on a stale copy of the group told %v", got)

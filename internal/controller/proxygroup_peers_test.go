@@ -156,7 +156,7 @@ func TestProxyGroupPeersChangedInPlace(t *testing.T) {
 	checkKept("grown")
 	// A pass whose status write lost to another writer's change (the
 	// group's roll) repeats its Create on the next pass, which is
-	// idempotent (proxy_controller.go, written): the instances made are
+	// idempotent (cachelag.go, pass): the instances made are
 	// counted by name.
 	instancesMade := func(proxy string) (names []string, first *provider.CreateRequest) {
 		for _, req := range fp.CreateRequests() {

@@ -1,14 +1,19 @@
 package controller
 
 import (
+	"context"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// A pass reads its Proxy from the manager's cache, which may still hold
-// the version this reconciler's own last write replaced: controller-runtime
+// A pass reads its Proxy or ProxyGroup from the manager's cache, which may
+// still hold the version the reconciler's own last write replaced: controller-runtime
 // runs a key again as soon as its pass ends when an event came during the
 // pass (a claim bound, a timer, another controller's write), and that pass
 // can start before the write's own watch event has reached the cache. Such
@@ -50,6 +55,31 @@ func (c *cacheLag) behind(k types.NamespacedName, rv string) bool {
 		delete(c.replaced, k)
 	}
 	return ok && old == rv
+}
+
+// pass runs one pass (run) over obj, just read from the cache as k:
+// nothing when obj is the version the reconciler's last write replaced,
+// and a quiet requeue when a write of the pass lost a race with another
+// writer (a spec change, the other reconciler's write), whose change the
+// next pass reads. What a pass did before its write failed is idempotent
+// (provider calls, member writes preconditioned on what was read), and
+// whatever it made that the status then misses is found by the sweeps
+// (ownedUnrecorded at deletion, supersedeUnrecorded after a spec change).
+func (c *cacheLag) pass(ctx context.Context, k types.NamespacedName, obj client.Object, run func() (ctrl.Result, error)) (ctrl.Result, error) {
+	read := obj.GetResourceVersion()
+	if c.behind(k, read) {
+		return ctrl.Result{RequeueAfter: cacheLagRecheck}, nil
+	}
+	res, err := run()
+	if obj.GetResourceVersion() != read {
+		// The pass wrote obj (a client write updates it with the answer).
+		c.wrote(k, read)
+	}
+	if apierrors.IsConflict(err) {
+		logr.FromContextOrDiscard(ctx).V(1).Info("changed since the pass read it; reconciling again")
+		return ctrl.Result{Requeue: true}, nil
+	}
+	return res, err
 }
 
 // forget drops what is known of k (it is gone).
