@@ -36,6 +36,7 @@ func TestConformance(t *testing.T) {
 				// A read the cache would answer meets the fault queued
 				// for it: while one is, the provider reads live.
 				p.cache.bypass = func() bool { return b.faults.Armed(provider.OpGet, provider.OpList) }
+				b.provider = p
 				return p
 			}
 			p := seamed()
@@ -61,6 +62,9 @@ type apiBackend struct {
 	ns      string
 	faults  providertest.Faults
 	restart func() provider.Provider
+	// provider is the one the suite calls now (the last made), whose
+	// cache a planted object is awaited in.
+	provider *Provider
 }
 
 var (
