@@ -12,10 +12,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// A pass reads its Proxy or ProxyGroup from the manager's cache, which may
-// still hold the version the reconciler's own last write replaced: controller-runtime
-// runs a key again as soon as its pass ends when an event came during the
-// pass (a claim bound, a timer, another controller's write), and that pass
+// A pass reads its Proxy or ProxyGroup from the manager's cache, which
+// may still hold the version the reconciler's own last write replaced:
+// controller-runtime runs a key again as soon as its pass ends when an
+// event came during the pass (a claim bound, a timer, another controller's write), and that pass
 // can start before the write's own watch event has reached the cache. Such
 // a copy lacks what the write recorded (the ID of the instance just
 // created), so acting on it repeats the Create: idempotent, yet a wasted

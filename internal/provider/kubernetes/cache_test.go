@@ -146,12 +146,15 @@ func cacheCase(t *testing.T, name, proxy string) (*Provider, provider.Bounded, *
 }
 
 // awaitSeen waits until the cache shows (or, seen false, lacks) every
-// object of instance id.
-func awaitSeen(t *testing.T, p *Provider, id string, seen bool) {
+// object of instance id, or only those of kinds when given.
+func awaitSeen(t *testing.T, p *Provider, id string, seen bool, kinds ...string) {
 	t.Helper()
 	ns, name, _ := parseID(id)
+	if len(kinds) == 0 {
+		kinds = []string{"pod", "service", "configmap", "networkpolicy"}
+	}
 	testenv.EventuallyNil(t, fmt.Sprintf("the cache saw instance %s (present: %v)", id, seen), func() error {
-		for _, kind := range []string{"pod", "service", "configmap", "networkpolicy"} {
+		for _, kind := range kinds {
 			if _, found, known := p.cache.lookup(kind, ns, name); !known || found != seen {
 				return fmt.Errorf("%s: known %v, found %v", kind, known, found)
 			}

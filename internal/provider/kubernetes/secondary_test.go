@@ -3,7 +3,6 @@ package kubernetes
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -286,10 +285,10 @@ func TestDeleteRemovesEverySecondaryKind(t *testing.T) {
 // PlantSecondary makes what a Delete cut after the Pod (or a Pod removed
 // by hand) leaves: the instance's ConfigMap with the marks and the instance label,
 // and no Pod. One Create already made is left as it is. It returns once
-// the provider's cache holds a ConfigMap of its installation, as it holds any leftover the
-// provider itself made long before a collector pass: made behind the
-// cache's back, a listing just after missed it in 1 CI run (the next
-// collector pass would find it; the suite asks this one).
+// the provider's cache holds a ConfigMap of its installation, as it holds
+// any leftover the provider made long before a collector pass: made
+// behind the cache's back, a listing just after missed it in 1 CI run
+// (the next collector pass would find it; the suite asks this one).
 func (b *apiBackend) PlantSecondary(t *testing.T, instance string, marks provider.Marks) {
 	t.Helper()
 	labels := marks.Labels()
@@ -305,12 +304,7 @@ func (b *apiBackend) PlantSecondary(t *testing.T, instance string, marks provide
 	if marks.Installation != b.provider.opts.InstallationID {
 		return // another installation's: never in this provider's cache
 	}
-	testenv.EventuallyNil(t, "the planted ConfigMap "+instance+" in the provider's cache", func() error {
-		if _, found, known := b.provider.cache.lookup("configmap", b.ns, instance); known && !found {
-			return fmt.Errorf("not there yet")
-		}
-		return nil
-	})
+	awaitSeen(t, b.provider, instanceID(b.ns, instance), true, "configmap")
 }
 
 var _ providertest.SecondaryPlanter = (*apiBackend)(nil)
