@@ -11,9 +11,9 @@ func TestGoMemoryLimit(t *testing.T) {
 		want                    int64
 		err                     string
 	}{
-		{"the downward API's bytes", "", "268435456", 192 << 20, ""},
-		{"a quantity", "", "256Mi", 192 << 20, ""},
-		{"a large limit: the reserve alone", "", "1Gi", 960 << 20, ""},
+		{"the downward API's bytes", "", "268435456", 176 << 20, ""},
+		{"a quantity", "", "256Mi", 176 << 20, ""},
+		{"a large limit: the reserve alone", "", "1Gi", 944 << 20, ""},
 		{"a small limit: half of it", "", "96Mi", 48 << 20, ""},
 		{"no limit in the environment", "", "", 0, ""},
 		{"GOMEMLIMIT set explicitly wins", "300MiB", "256Mi", 0, ""},

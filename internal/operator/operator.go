@@ -39,6 +39,7 @@ import (
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/controller/gc"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/controller/health"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientlimit"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/registry"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/telemetry"
 )
@@ -416,11 +417,10 @@ func configResultReporter(rec interface {
 	}
 }
 
-// rateLimited is cfg with the manager's explicit client-side rate limit
-// (Options.KubeAPIQPS and KubeAPIBurst, or their defaults), replacing what
-// the kubeconfig or ctrl.GetConfig set (QPS -1: none).
+// rateLimited is cfg with the manager's client-side rate limit
+// (Options.KubeAPIQPS and KubeAPIBurst, or their defaults: none), replacing
+// what the kubeconfig or ctrl.GetConfig set.
 func rateLimited(cfg *rest.Config, o Options) *rest.Config {
-	cfg = rest.CopyConfig(cfg)
 	qps, burst := o.KubeAPIQPS, o.KubeAPIBurst
 	if qps == 0 {
 		qps = DefaultKubeAPIQPS
@@ -428,11 +428,7 @@ func rateLimited(cfg *rest.Config, o Options) *rest.Config {
 	if burst == 0 {
 		burst = DefaultKubeAPIBurst
 	}
-	cfg.QPS, cfg.Burst, cfg.RateLimiter = float32(qps), burst, nil
-	if qps < 0 {
-		cfg.QPS = -1 // off: client-go makes no limiter for a QPS below 0
-	}
-	return cfg
+	return clientlimit.Apply(cfg, float32(qps), burst)
 }
 
 // pprofAddress is where the profiler listens: "" (off) for "" or "0", and

@@ -881,14 +881,14 @@ func (cl *cluster) waitGone(t *testing.T, p *egressv1.Proxy) {
 }
 
 // testGoMemoryLimit: the manager read the container's memory limit from
-// the downward API (MEMORY_LIMIT) and keeps Go 64Mi under it.
+// the downward API (MEMORY_LIMIT) and keeps Go 80Mi under it.
 func (cl *cluster) testGoMemoryLimit(t *testing.T) {
 	for _, pod := range cl.operatorPods(t) {
 		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
 			continue
 		}
 		limit := pod.Spec.Containers[0].Resources.Limits.Memory().Value()
-		want := fmt.Sprintf(`"bytes":%d,`, max(limit-64<<20, limit/2))
+		want := fmt.Sprintf(`"bytes":%d,`, max(limit-80<<20, limit/2))
 		logs, err := cl.kubectlOut(t, "-n", operatorNamespace, "logs", pod.Name, "-c", "manager")
 		if err != nil {
 			t.Fatal(err)

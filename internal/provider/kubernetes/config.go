@@ -65,9 +65,10 @@ type Config struct {
 	Resources MachineType `json:"resources,omitempty"`
 	// MachineTypes is the catalogue placement.machineType picks from.
 	MachineTypes map[string]MachineType `json:"machineTypes,omitempty"`
-	// ClientQPS and ClientBurst are the client-side rate limit of the
+	// ClientQPS and ClientBurst are a client-side rate limit for the
 	// provider's own API client (docs/operations.md, "Client rate
 	// limits"): sustained requests per second, and the burst above it.
+	// Unset (the default), the client has none, as the manager's.
 	ClientQPS   float32 `json:"clientQPS,omitempty"`
 	ClientBurst int     `json:"clientBurst,omitempty"`
 	// ServiceType is ServiceHeadless (the default) or ServiceClusterIP.
@@ -113,10 +114,7 @@ func (c *Config) Default() {
 	if c.ServiceType == "" {
 		c.ServiceType = ServiceHeadless
 	}
-	if c.ClientQPS == 0 {
-		c.ClientQPS = DefaultClientQPS
-	}
-	if c.ClientBurst == 0 {
+	if c.ClientQPS > 0 && c.ClientBurst == 0 {
 		c.ClientBurst = DefaultClientBurst
 	}
 	// PodLabels and PodAnnotations have no default: without them the Pod
@@ -142,11 +140,14 @@ func (c *Config) Validate(path *field.Path) field.ErrorList {
 		errs = append(errs, field.NotSupported(path.Child("serviceType"), c.ServiceType, []string{ServiceHeadless, ServiceClusterIP}))
 	}
 	errs = append(errs, c.Resources.validate(path.Child("resources"), true)...)
-	if c.ClientQPS <= 0 {
-		errs = append(errs, field.Invalid(path.Child("clientQPS"), c.ClientQPS, "must be above 0: the provider's client always has a client-side limit"))
+	if c.ClientQPS < 0 {
+		errs = append(errs, field.Invalid(path.Child("clientQPS"), c.ClientQPS, "must not be negative: leave it out for no client-side limit"))
 	}
-	if c.ClientBurst < 1 {
+	switch {
+	case c.ClientBurst < 0 || c.ClientQPS > 0 && c.ClientBurst < 1:
 		errs = append(errs, field.Invalid(path.Child("clientBurst"), c.ClientBurst, "must be at least 1"))
+	case c.ClientQPS == 0 && c.ClientBurst > 0:
+		errs = append(errs, field.Invalid(path.Child("clientBurst"), c.ClientBurst, "is the burst of a limit: set clientQPS too, or leave both out for no client-side limit"))
 	}
 	_, rangeErrs := egress.ParseRanges(c.ClusterCIDRs, path.Child("clusterCIDRs"))
 	errs = append(errs, rangeErrs...)

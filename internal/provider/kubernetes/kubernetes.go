@@ -36,6 +36,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/clientlimit"
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider/egress"
 )
 
@@ -46,23 +47,19 @@ const Type = "kubernetes"
 // scheduled and ready within seconds.
 const PollInterval = 2 * time.Second
 
-// Default client-side rate limits of the provider's own client (the
-// entry's clientQPS and clientBurst): Karpenter's defaults for the same
-// job (a controller that makes cluster objects in waves: --kube-client-qps
-// 200, --kube-client-burst 300). A created Proxy costs about seven
-// requests (four creates, a read before them, two polls of the Pod), so at
-// 20/s a wave of 1,000 took 322 s and one of 10,000 would take an hour
-// (make bench-fleet, docs/performance.md). The API server is protected by
-// its priority and fairness whatever this says: the operator's service
-// account is one flow of the workload-low level, queued fairly against the
-// other flows and answered 429 (which client-go retries) past its share.
-// What the client-side limit still does is keep the provider from filling
-// that flow, which it shares with the manager's own status writes and
-// events. docs/kubernetes-provider.md gives the reasons in full.
-const (
-	DefaultClientQPS   = 200
-	DefaultClientBurst = 300
-)
+// The provider's own client has no client-side rate limit unless the entry
+// sets clientQPS, as the manager's has none unless --kube-api-qps sets one
+// (the same rule, clientlimit.Apply). Its requests are bounded by the
+// reconcile workers, not by a limiter: a pass makes at most three round
+// trips of at most three requests, one at a time per Proxy, and its reads
+// come from the cache; the API server's priority and fairness queues and
+// shares what reaches it (the operator's service account is one flow of
+// the workload-low level). A limit only queued a fleet's work in the
+// operator: at Karpenter's 200/s, 1,000 Proxies took 4.6x the API server's
+// own time to come up and 7.0x to go (make bench-fleet,
+// docs/performance.md). DefaultClientBurst is the burst of a limit set with
+// clientQPS alone.
+const DefaultClientBurst = 300
 
 // Provider runs instances as Pods. It implements provider.Provider,
 // provider.Checker, provider.SecondaryLister, provider.InstanceWatcher (a
@@ -150,10 +147,8 @@ func (p *Provider) clientFor() (clientset.Interface, error) {
 	if err != nil {
 		return nil, provider.Errorf(provider.ErrTransient, "loading the cluster config: %w", err)
 	}
-	rc = rest.CopyConfig(rc)
-	// Always the entry's limit: ctrl.GetConfig sets QPS -1 (no client-side
-	// limit at all), and a limiter carried in rc would override QPS.
-	rc.QPS, rc.Burst, rc.RateLimiter = p.cfg.ClientQPS, p.cfg.ClientBurst, nil
+	// The entry's limit, or none, whatever the kubeconfig carried.
+	rc = clientlimit.Apply(rc, p.cfg.ClientQPS, p.cfg.ClientBurst)
 	rc.UserAgent = "egress-proxies-operator/" + Type + "-provider"
 	// Wrap chains after any wrapper rc already has: the test seam is closest
 	// to the wire, then the log line, then the span, so a span covers the
@@ -166,8 +161,7 @@ func (p *Provider) clientFor() (clientset.Interface, error) {
 	if err != nil {
 		return nil, provider.Errorf(provider.ErrPermanent, "building the API client: %w", err)
 	}
-	crc := rest.CopyConfig(rc)
-	crc.QPS, crc.Burst = checkQPS, checkBurst
+	crc := clientlimit.Apply(rc, checkQPS, checkBurst)
 	cc, err := clientset.NewForConfig(crc)
 	if err != nil {
 		return nil, provider.Errorf(provider.ErrPermanent, "building the health check's API client: %w", err)

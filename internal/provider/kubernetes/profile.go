@@ -27,7 +27,7 @@ func Profile() profile.Profile {
 		AsyncOps:           profile.Is(profile.AsyncOpsNone),
 		SecondaryResources: profile.Is(profile.SecondaryResourcesExplicit, profile.SecondaryResourcesCascade).Note("Service, ConfigMap, Secret and NetworkPolicy removed by name, UID-preconditioned, and listed by `ListSecondary` (IDs `<kind>/<namespace>/<name>/<object UID>`), as are a ProxyGroup's Service and PodDisruptionBudget, with no instance; plus an OwnerReference to the Proxy (or ProxyGroup) in its own namespace"),
 		Credentials:        profile.Is(profile.CredentialsWorkloadIdentity).Note("in-cluster config or kubeconfig via `ctrl.GetConfig()`, loaded on first use"),
-		ClientKind:         profile.Is(profile.ClientKindVendorSDK).Note("client-go typed clientset, its own rate limit (`clientQPS`, `clientBurst`)"),
+		ClientKind:         profile.Is(profile.ClientKindVendorSDK).Note("client-go typed clientset; a client-side limit only if the entry sets one (`clientQPS`, `clientBurst`)"),
 		Timeouts:           profile.Is(profile.TimeoutsCtxOnly),
 		Logging:            profile.Is(profile.LoggingTiered).Note("V(1) outcomes and one `kubernetes api call` line per request, V(2) the instance spec"),
 		ChildSpans:         profile.Is(profile.ChildSpansTransportWrapper).Note("`httpobserve` (otelhttp), parent-gated, `HTTP <METHOD>`"),
