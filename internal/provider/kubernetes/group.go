@@ -518,10 +518,10 @@ func (p *Provider) removeGroupFront(ctx context.Context, g provider.GroupRef) ([
 // labelGroupUID, as secondaries of no instance: Instance and InstanceID
 // empty, InstanceGone true, so that the collector keeps one whose UID
 // mark is a live ProxyGroup's and removes it once that group is gone.
-func (p *Provider) listGroupFronts(ctx context.Context, c clientset.Interface, sel string) ([]provider.Secondary, error) {
+func (p *Provider) listGroupFronts(ctx context.Context, sel string) ([]provider.Secondary, error) {
 	var out []provider.Secondary
 	for _, k := range groupKinds {
-		objs, err := p.listOurs(ctx, c, k, frontSelector(sel))
+		objs, err := p.listOurs(ctx, k, frontSelector(sel))
 		if apierrors.IsForbidden(err) {
 			// An operator whose Role predates group fronts (its RBAC
 			// component not applied again on an upgrade): the collector

@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
-	clientset "k8s.io/client-go/kubernetes"
 
 	"github.com/egress-proxies-operator/egress-proxies-operator/internal/provider"
 )
@@ -53,8 +52,7 @@ func (p *Provider) ownerSelector(uid string) (string, error) {
 // a deletion pass that is not the cache's (cache.go): a plain LIST, which
 // the API server answers as of now.
 func (p *Provider) ListOwnedInstances(ctx context.Context, uid string) ([]provider.Instance, error) {
-	c, err := p.begin(ctx, provider.OpListOwnedInstances)
-	if err != nil {
+	if _, err := p.begin(ctx, provider.OpListOwnedInstances); err != nil {
 		return nil, err
 	}
 	sel, err := p.ownerSelector(uid)
@@ -66,7 +64,7 @@ func (p *Provider) ListOwnedInstances(ctx context.Context, uid string) ([]provid
 	// back (a killed predecessor's create still in flight, the soak's
 	// --inject-leak=behind). A Pod found here that the cache lacks is
 	// read live by Delete too.
-	list, err := p.listPods(ctx, c, sel)
+	list, err := p.listPods(ctx, sel)
 	if err != nil {
 		return nil, err
 	}
@@ -80,14 +78,13 @@ func (p *Provider) ListOwnedInstances(ctx context.Context, uid string) ([]provid
 }
 
 func (p *Provider) list(ctx context.Context) ([]provider.Instance, error) {
-	c, err := p.begin(ctx, provider.OpList)
-	if err != nil {
+	if _, err := p.begin(ctx, provider.OpList); err != nil {
 		return nil, err
 	}
 	if pods, ok := p.cache.all("pod"); ok {
 		return instancesOf(pods), nil
 	}
-	return p.listPods(ctx, c, p.selector())
+	return p.listPods(ctx, p.selector())
 }
 
 // instancesOf is the listing of pods, sorted by ID.
@@ -110,28 +107,12 @@ func listed(pod metav1.Object) provider.Instance {
 }
 
 // listPods lists the Pods of ours that sel matches, in every namespace or
-// the entry's one.
-func (p *Provider) listPods(ctx context.Context, c clientset.Interface, sel string) ([]provider.Instance, error) {
-	pods := c.CoreV1().Pods(p.cfg.Namespace) // "" lists every namespace
-	opts := metav1.ListOptions{LabelSelector: sel, Limit: listPageSize}
-	list := []provider.Instance{}
-	for {
-		page, err := pods.List(ctx, opts)
-		if err != nil {
-			return nil, classify(err, "listing pods")
-		}
-		for i := range page.Items {
-			pod := &page.Items[i]
-			if !p.ours(pod.Labels) { // the selector did it; a belt for the braces
-				continue
-			}
-			list = append(list, listed(pod))
-		}
-		if page.Continue == "" {
-			break
-		}
-		opts.Continue = page.Continue
+// the entry's one, sorted by ID: as metadata only, since a listing shows
+// no more (listed).
+func (p *Provider) listPods(ctx context.Context, sel string) ([]provider.Instance, error) {
+	pods, err := p.listOurs(ctx, podKind, sel)
+	if err != nil {
+		return nil, err
 	}
-	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
-	return list, nil
+	return instancesOf(pods), nil
 }

@@ -167,25 +167,34 @@ func secondaryKindNames() []string {
 }
 
 // listOurs lists every object of k carrying this installation's marks, in
-// the entry's namespace or every one, page by page; a failed page fails the
-// whole listing (fail-whole).
-func (p *Provider) listOurs(ctx context.Context, c clientset.Interface, k objectKind, sel string) ([]metav1.Object, error) {
+// the entry's namespace or every one, page by page, as metadata only: its
+// callers read the marks, names, UIDs and creation times, and a
+// ConfigMap's data (a Squid config, some KiB) was most of what a fleet's
+// listing carried (a collector pass in a wave of 10,000 Pods, when the
+// cache cannot vouch for the fleet, held 90 MB of them at once:
+// docs/performance.md). A failed page fails the whole listing (fail-whole).
+func (p *Provider) listOurs(ctx context.Context, k objectKind, sel string) ([]metav1.Object, error) {
+	p.mu.Lock()
+	mc := p.metaClient
+	p.mu.Unlock()
+	api := mc.Resource(k.resource).Namespace(p.cfg.Namespace) // "" lists every namespace
 	opts := metav1.ListOptions{LabelSelector: sel, Limit: listPageSize}
 	var out []metav1.Object
 	for {
-		page, next, err := k.list(ctx, c, p.cfg.Namespace, opts)
+		page, err := api.List(ctx, opts)
 		if err != nil {
 			return nil, classify(err, "listing "+k.kind+"s")
 		}
-		for _, obj := range page {
-			if p.ours(obj.GetLabels()) { // the selector did it; a belt for the braces
+		for i := range page.Items {
+			obj := &page.Items[i]
+			if p.ours(obj.Labels) { // the selector did it; a belt for the braces
 				out = append(out, obj)
 			}
 		}
-		if next == "" {
+		if page.Continue == "" {
 			return out, nil
 		}
-		opts.Continue = next
+		opts.Continue = page.Continue
 	}
 }
 
@@ -211,13 +220,13 @@ func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 	}
 	out, ok := p.cachedSecondaries("")
 	if !ok {
-		if out, err = p.listSecondaries(ctx, c, p.selector()); err != nil {
+		if out, err = p.listSecondaries(ctx, p.selector()); err != nil {
 			return nil, err
 		}
 	}
 	pods, ok := p.cache.all("pod")
 	if !ok {
-		if pods, err = p.listOurs(ctx, c, podKind, p.selector()); err != nil {
+		if pods, err = p.listOurs(ctx, podKind, p.selector()); err != nil {
 			return nil, err
 		}
 	}
@@ -246,7 +255,7 @@ func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 			gone++
 		}
 	}
-	fronts, err := p.listGroupFronts(ctx, c, p.selector())
+	fronts, err := p.listGroupFronts(ctx, p.selector())
 	if err != nil {
 		return nil, err
 	}
@@ -259,10 +268,10 @@ func (p *Provider) ListSecondary(ctx context.Context) ([]provider.Secondary, err
 // listSecondaries lists the objects of every secondary kind that sel
 // matches, with InstanceGone unset: an instance's objects only, never a
 // group front's (instanceSelector).
-func (p *Provider) listSecondaries(ctx context.Context, c clientset.Interface, sel string) ([]provider.Secondary, error) {
+func (p *Provider) listSecondaries(ctx context.Context, sel string) ([]provider.Secondary, error) {
 	out := []provider.Secondary{}
 	for _, k := range secondaryKinds {
-		objs, err := p.listOurs(ctx, c, k, instanceSelector(sel))
+		objs, err := p.listOurs(ctx, k, instanceSelector(sel))
 		if err != nil {
 			return nil, err
 		}
@@ -317,8 +326,7 @@ func appendSecondaries(out []provider.Secondary, k objectKind, objs []metav1.Obj
 // front's, whose UID mark is a ProxyGroup's, is RemoveGroupFront's and
 // the collector's, never a Proxy's deletion pass's.
 func (p *Provider) ListOwnedSecondaries(ctx context.Context, uid string) ([]provider.Secondary, error) {
-	c, err := p.begin(ctx, provider.OpListOwnedSecondaries)
-	if err != nil {
+	if _, err := p.begin(ctx, provider.OpListOwnedSecondaries); err != nil {
 		return nil, err
 	}
 	sel, err := p.ownerSelector(uid)
@@ -327,7 +335,7 @@ func (p *Provider) ListOwnedSecondaries(ctx context.Context, uid string) ([]prov
 	}
 	out, ok := p.cachedSecondaries(uid)
 	if !ok {
-		if out, err = p.listSecondaries(ctx, c, sel); err != nil {
+		if out, err = p.listSecondaries(ctx, sel); err != nil {
 			return nil, err
 		}
 	}

@@ -226,3 +226,19 @@ func TestConfigEntryRefusingAllIPv4(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkConfig renders the config one Pod of the kubernetes provider
+// gets with an entry that allows two internal ranges: a create renders
+// one, so a wave of 10,000 renders 10,000 (go test -bench Config -benchmem
+// ./internal/provider/squid).
+func BenchmarkConfig(b *testing.B) {
+	dest := (&egress.Settings{AllowedDestinations: []string{"127.0.0.5/32", "10.20.0.0/16"}}).Policy(
+		egress.Range{Prefix: netip.MustParsePrefix("10.96.0.0/12"), Why: "the cluster's Service range"})
+	sp := Params{Port: 3128, Clients: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}, PidFile: "/p", CoredumpDir: "/c", Destinations: dest}
+	b.ReportAllocs()
+	for b.Loop() {
+		if Config(sp) == "" {
+			b.Fatal("an empty config")
+		}
+	}
+}
