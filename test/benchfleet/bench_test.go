@@ -87,3 +87,26 @@ func TestLocalBindCIDR(t *testing.T) {
 		}
 	}
 }
+
+// TestRatios: the operator's times and write rate over the floor's. Here
+// the operator took 3x the floor's time for 2.25x its writes: the API
+// server took writes at 0.75 of the floor's rate.
+func TestRatios(t *testing.T) {
+	var out strings.Builder
+	r := &report{out: &out}
+	r.ratios("kubernetes",
+		phases{create: 4 * time.Second, delete: 2 * time.Second, createWrites: 4000, deleteWrites: 2000},
+		phases{create: 12 * time.Second, delete: 8 * time.Second, createWrites: 9000, deleteWrites: 6000})
+	want := `kubernetes.create_ratio_to_floor: 3.00
+kubernetes.delete_ratio_to_floor: 4.00
+kubernetes.floor_create_writes_per_second: 1000.00
+kubernetes.create_writes_per_second: 750.00
+kubernetes.create_write_rate_to_floor: 0.75
+kubernetes.floor_delete_writes_per_second: 1000.00
+kubernetes.delete_writes_per_second: 750.00
+kubernetes.delete_write_rate_to_floor: 0.75
+`
+	if out.String() != want {
+		t.Errorf("ratios printed\n%s\nwant\n%s", out.String(), want)
+	}
+}

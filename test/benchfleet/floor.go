@@ -160,7 +160,7 @@ func (f *floor) run(ctx context.Context, provider string) (phases, error) {
 	b.out.seconds(key("delete_seconds"), deleteTime)
 	b.out.float(key("delete_writes_per_object"), deleted.total()/float64(n))
 	b.out.put(key("delete_writes"), deleted.perObject(n))
-	return phases{create: createTime, delete: deleteTime}, nil
+	return phases{create: createTime, delete: deleteTime, createWrites: created.total(), deleteWrites: deleted.total()}, nil
 }
 
 // create is one create lifecycle's writes: the object, the finalizer, the

@@ -88,7 +88,7 @@ func main() {
 	fs.DurationVar(&o.phaseTimeout, "phase-timeout", 0, "longest wait for one phase (all Ready, all gone); 0 means 5m + 100ms per object")
 	fs.StringVar(&managerFlags, "manager-flags", os.Getenv("BENCH_MANAGER_FLAGS"), "more flags for the manager, space-separated, e.g. --kube-api-qps=-1 (env BENCH_MANAGER_FLAGS)")
 	fs.StringVar(&o.managerMemLimit, "manager-gomemlimit", os.Getenv("BENCH_MANAGER_GOMEMLIMIT"), "the manager's GOMEMLIMIT, e.g. 128MiB, which wins over -manager-memory-limit; empty: none (env BENCH_MANAGER_GOMEMLIMIT)")
-	fs.StringVar(&o.managerContainerLimit, "manager-memory-limit", os.Getenv("BENCH_MANAGER_MEMORY_LIMIT"), "the container memory limit the manager is told of, e.g. 256Mi, as the Deployment passes limits.memory in MEMORY_LIMIT (the manager keeps Go 64Mi under it); empty: none (env BENCH_MANAGER_MEMORY_LIMIT)")
+	fs.StringVar(&o.managerContainerLimit, "manager-memory-limit", os.Getenv("BENCH_MANAGER_MEMORY_LIMIT"), "the container memory limit the manager is told of, e.g. 256Mi, as the Deployment passes limits.memory in MEMORY_LIMIT (the manager keeps Go 80Mi under it); empty: none (env BENCH_MANAGER_MEMORY_LIMIT)")
 	fs.Float64Var(&o.kubeQPS, "kube-client-qps", envFloat("BENCH_KUBE_CLIENT_QPS", 0), "the kubernetes provider entry's clientQPS (clientBurst twice it); 0 keeps the provider's default (env BENCH_KUBE_CLIENT_QPS)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's directory (the managers' logs, etcd data)")
 	fs.StringVar(&o.profileDir, "profile-dir", os.Getenv("BENCH_PROFILE_DIR"), "save the manager's heap and goroutine profiles, taken once every Proxy is Ready, in this `directory` (env BENCH_PROFILE_DIR)")

@@ -330,7 +330,10 @@ func (b *bench) runOperator(ctx context.Context, provider string) (phases, error
 	if !allReady || !allGone {
 		return phases{}, fmt.Errorf("%s: not every Proxy became Ready and went (figures above)", provider)
 	}
-	return phases{create: createTime, delete: deleteTime}, nil
+	// Every write the API server took, the stand-in kubelet's too.
+	createWrites, _, _ := created.split()
+	deleteWrites, _, _ := deleted.split()
+	return phases{create: createTime, delete: deleteTime, createWrites: createWrites.total(), deleteWrites: deleteWrites.total()}, nil
 }
 
 // writes prints a phase's writes: all of them per Proxy (the bench's own
