@@ -220,16 +220,12 @@ func groupEndpoint(f front) string {
 // ListOwnedSecondaries (a Proxy's objects) never lists them.
 var groupKinds = []objectKind{
 	kindOf[corev1.Service](kindGroupService, corev1.SchemeGroupVersion.WithResource("services"),
-		func(c clientset.Interface, ns string) typedClient[corev1.Service, corev1.ServiceList] {
+		func(c clientset.Interface, ns string) typedClient[corev1.Service] {
 			return c.CoreV1().Services(ns)
-		},
-		func(l *corev1.ServiceList) ([]corev1.Service, string) { return l.Items, l.Continue }),
+		}),
 	kindOf[policyv1.PodDisruptionBudget](kindGroupPDB, policyv1.SchemeGroupVersion.WithResource("poddisruptionbudgets"),
-		func(c clientset.Interface, ns string) typedClient[policyv1.PodDisruptionBudget, policyv1.PodDisruptionBudgetList] {
+		func(c clientset.Interface, ns string) typedClient[policyv1.PodDisruptionBudget] {
 			return c.PolicyV1().PodDisruptionBudgets(ns)
-		},
-		func(l *policyv1.PodDisruptionBudgetList) ([]policyv1.PodDisruptionBudget, string) {
-			return l.Items, l.Continue
 		}),
 }
 

@@ -33,40 +33,24 @@ type objectKind struct {
 	// resource is the kind's API resource (the cache's informers, the
 	// permissions Check asks for).
 	resource schema.GroupVersionResource
-	// list returns one page of the kind's objects in ns ("" for every
-	// namespace) and the continue token.
-	list func(ctx context.Context, c clientset.Interface, ns string, opts metav1.ListOptions) ([]metav1.Object, string, error)
-	get  func(ctx context.Context, c clientset.Interface, ns, name string) (metav1.Object, error)
-	del  func(ctx context.Context, c clientset.Interface, ns, name string, opts metav1.DeleteOptions) error
+	// Listings are the metadata client's (listOurs).
+	get func(ctx context.Context, c clientset.Interface, ns, name string) (metav1.Object, error)
+	del func(ctx context.Context, c clientset.Interface, ns, name string, opts metav1.DeleteOptions) error
 }
 
 // typedClient is what objectKind needs of a typed client-go client.
-type typedClient[T, L any] interface {
+type typedClient[T any] interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*T, error)
-	List(ctx context.Context, opts metav1.ListOptions) (*L, error)
 	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
 }
 
-// kindOf makes the objectKind of a typed client; items takes a list's
-// objects and continue token.
+// kindOf makes the objectKind of a typed client.
 func kindOf[T any, PT interface {
 	*T
 	metav1.Object
-}, L any](kind string, resource schema.GroupVersionResource, api func(c clientset.Interface, ns string) typedClient[T, L], items func(*L) ([]T, string)) objectKind {
+}](kind string, resource schema.GroupVersionResource, api func(c clientset.Interface, ns string) typedClient[T]) objectKind {
 	return objectKind{
 		kind: kind, resource: resource,
-		list: func(ctx context.Context, c clientset.Interface, ns string, opts metav1.ListOptions) ([]metav1.Object, string, error) {
-			l, err := api(c, ns).List(ctx, opts)
-			if err != nil {
-				return nil, "", err
-			}
-			objs, next := items(l)
-			out := make([]metav1.Object, len(objs))
-			for i := range objs {
-				out[i] = PT(&objs[i])
-			}
-			return out, next, nil
-		},
 		get: func(ctx context.Context, c clientset.Interface, ns, name string) (metav1.Object, error) {
 			obj, err := api(c, ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
@@ -82,10 +66,9 @@ func kindOf[T any, PT interface {
 
 // podKind is the instance itself.
 var podKind = kindOf[corev1.Pod]("pod", corev1.SchemeGroupVersion.WithResource("pods"),
-	func(c clientset.Interface, ns string) typedClient[corev1.Pod, corev1.PodList] {
+	func(c clientset.Interface, ns string) typedClient[corev1.Pod] {
 		return c.CoreV1().Pods(ns)
-	},
-	func(l *corev1.PodList) ([]corev1.Pod, string) { return l.Items, l.Continue })
+	})
 
 // secondaryKinds are the objects the provider makes beside each Pod, in the
 // order Delete removes them (after the Pod). A kind added to Create is
@@ -93,30 +76,24 @@ var podKind = kindOf[corev1.Pod]("pod", corev1.SchemeGroupVersion.WithResource("
 // RBAC component and Check's neededPermissions grant and check its verbs.
 var secondaryKinds = []objectKind{
 	kindOf[corev1.Service]("service", corev1.SchemeGroupVersion.WithResource("services"),
-		func(c clientset.Interface, ns string) typedClient[corev1.Service, corev1.ServiceList] {
+		func(c clientset.Interface, ns string) typedClient[corev1.Service] {
 			return c.CoreV1().Services(ns)
-		},
-		func(l *corev1.ServiceList) ([]corev1.Service, string) { return l.Items, l.Continue }),
+		}),
 	kindOf[corev1.ConfigMap]("configmap", corev1.SchemeGroupVersion.WithResource("configmaps"),
-		func(c clientset.Interface, ns string) typedClient[corev1.ConfigMap, corev1.ConfigMapList] {
+		func(c clientset.Interface, ns string) typedClient[corev1.ConfigMap] {
 			return c.CoreV1().ConfigMaps(ns)
-		},
-		func(l *corev1.ConfigMapList) ([]corev1.ConfigMap, string) { return l.Items, l.Continue }),
+		}),
 	// Only a Proxy with clientAuth, or of an entry with an egressIPEcho
 	// (the echo token), has one.
 	kindOf[corev1.Secret]("secret", corev1.SchemeGroupVersion.WithResource("secrets"),
-		func(c clientset.Interface, ns string) typedClient[corev1.Secret, corev1.SecretList] {
+		func(c clientset.Interface, ns string) typedClient[corev1.Secret] {
 			return c.CoreV1().Secrets(ns)
-		},
-		func(l *corev1.SecretList) ([]corev1.Secret, string) { return l.Items, l.Continue }),
+		}),
 	// Last: the Pod it fences is already going (and Squid's own ACL admits
 	// the same ranges while it shuts down).
 	kindOf[networkingv1.NetworkPolicy]("networkpolicy", networkingv1.SchemeGroupVersion.WithResource("networkpolicies"),
-		func(c clientset.Interface, ns string) typedClient[networkingv1.NetworkPolicy, networkingv1.NetworkPolicyList] {
+		func(c clientset.Interface, ns string) typedClient[networkingv1.NetworkPolicy] {
 			return c.NetworkingV1().NetworkPolicies(ns)
-		},
-		func(l *networkingv1.NetworkPolicyList) ([]networkingv1.NetworkPolicy, string) {
-			return l.Items, l.Continue
 		}),
 }
 
